@@ -1,0 +1,273 @@
+"""The persisted session document: one envelope holding exactly one flow.
+
+The JSON produced by ``SessionDoc.model_dump(by_alias=True, mode="json")`` uses the camelCase
+keys of the portable session schema. Only ``createdOn`` and ``saveOn`` are parsed as datetimes;
+context, state and messages are kept as plain JSON values.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from picoflow.errors import SessionFlowInvariantError
+
+SESSION_DOC_VERSION = 1.5
+
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,127}$")
+RESERVED_NAMESPACES = frozenset({"__proto__", "constructor", "prototype"})
+
+RunStatus = Literal["running", "completed", "aborted"]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def format_timestamp(value: datetime) -> str:
+    """ISO-8601 UTC with milliseconds and a ``Z`` suffix, the form every document uses."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def validate_namespace(name: str) -> str:
+    """Return ``name`` if it is a legal memory namespace key, else raise ``ValueError``."""
+    if not isinstance(name, str) or name in RESERVED_NAMESPACES or not NAMESPACE_PATTERN.match(name):
+        raise ValueError(
+            f"Invalid memory namespace {name!r}: use a letter followed by up to 127 letters, "
+            "digits, '_' or '-'."
+        )
+    return name
+
+
+Timestamp = Annotated[datetime, PlainSerializer(format_timestamp, return_type=str, when_used="json")]
+
+
+def _omit_none(value: Any) -> bool:
+    return value is None
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, validate_assignment=False)
+
+
+class ModelSelectionDoc(_Doc):
+    """A persisted model selection (provider, model name, parameters, retry budget)."""
+
+    provider: str
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    retry_attempts: int | None = Field(default=None, alias="retryAttempts", exclude_if=_omit_none)
+
+
+class ToolCallDoc(_Doc):
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+class MessageDoc(_Doc):
+    """One persisted chat message."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    type: Literal["system", "human", "ai", "tool"]
+    content: str | list[Any] = ""
+    id: str | None = Field(default=None, exclude_if=_omit_none)
+    timestamp: str | None = Field(default=None, exclude_if=_omit_none)
+    name: str | None = Field(default=None, exclude_if=_omit_none)
+    tool_call_id: str | None = Field(default=None, exclude_if=_omit_none)
+    status: Literal["success", "error"] | None = Field(default=None, exclude_if=_omit_none)
+    tool_calls: list[ToolCallDoc] | None = Field(default=None, exclude_if=lambda v: not v)
+    additional_kwargs: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: not v)
+
+    @model_validator(mode="after")
+    def _tool_messages_need_call_id(self) -> MessageDoc:
+        if self.type == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs a tool_call_id")
+        return self
+
+
+class NamespaceDoc(_Doc):
+    """The history of one memory namespace, with its rolling summary when compaction is on."""
+
+    messages: list[MessageDoc] = Field(default_factory=list)
+    summary: str | None = Field(default=None, exclude_if=_omit_none)
+    summarized_through_id: str | None = Field(
+        default=None, alias="summarizedThroughId", exclude_if=_omit_none
+    )
+
+
+class StepDoc(_Doc):
+    name: str = Field(min_length=1)
+    state: dict[str, Any] = Field(default_factory=dict)
+    model: ModelSelectionDoc | None = Field(default=None, exclude_if=_omit_none)
+
+
+class SequenceItem(_Doc):
+    level: int = Field(ge=1, strict=True)
+    step_name: str = Field(alias="stepName", min_length=1)
+
+
+class TokenUsage(_Doc):
+    """Cumulative token usage; the last four fields are breakdowns of the first three."""
+
+    input_tokens: int = Field(default=0, alias="inputTokens")
+    output_tokens: int = Field(default=0, alias="outputTokens")
+    total_tokens: int = Field(default=0, alias="totalTokens")
+    reasoning_tokens: int = Field(default=0, alias="reasoningTokens")
+    visible_output_tokens: int = Field(default=0, alias="visibleOutputTokens")
+    cached_input_tokens: int = Field(default=0, alias="cachedInputTokens")
+    cache_creation_input_tokens: int = Field(default=0, alias="cacheCreationInputTokens")
+
+    def add(self, other: TokenUsage) -> None:
+        for field in type(self).model_fields:
+            setattr(self, field, getattr(self, field) + getattr(other, field))
+
+
+class LogEntry(_Doc):
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    timestamp: str
+    level: str
+    message: str
+
+
+class FlowDoc(_Doc):
+    """The single flow object of a session document."""
+
+    name: str
+    model: ModelSelectionDoc | None = Field(default=None, exclude_if=_omit_none)
+    context: dict[str, Any] = Field(default_factory=dict)
+    memory: dict[str, NamespaceDoc] = Field(default_factory=dict)
+    steps: list[StepDoc] = Field(default_factory=list)
+    current_step: str | None = Field(default=None, alias="currentStep")
+    sequence: list[SequenceItem] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("flow.name must be a non-empty string")
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _namespace_keys(cls, value: dict[str, NamespaceDoc]) -> dict[str, NamespaceDoc]:
+        for key in value:
+            validate_namespace(key)
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise_legacy(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        memory = data.get("memory")
+        if isinstance(memory, list):
+            # Older releases stored memory as [{nameSpace, history}].
+            converted: dict[str, Any] = {}
+            for entry in memory:
+                if not isinstance(entry, dict) or "nameSpace" not in entry:
+                    raise ValueError("legacy memory entries need a nameSpace")
+                converted[entry["nameSpace"]] = {"messages": entry.get("history") or []}
+            data["memory"] = converted
+        sequence = data.get("sequence")
+        if isinstance(sequence, list):
+            data["sequence"] = [
+                {"level": 1, "stepName": item} if isinstance(item, str) else item for item in sequence
+            ]
+        return data
+
+
+class SessionDoc(_Doc):
+    """A whole session document: envelope, one flow, token totals and diagnostic logs."""
+
+    id: str = Field(min_length=1)
+    revision: int = Field(default=0, ge=0)
+    version: float = SESSION_DOC_VERSION
+    run_status: RunStatus = Field(default="running", alias="runStatus")
+    created_on: Timestamp = Field(default_factory=utc_now, alias="createdOn")
+    save_on: Timestamp = Field(default_factory=utc_now, alias="saveOn")
+    flow: FlowDoc
+    tokens: TokenUsage = Field(default_factory=TokenUsage)
+    log: list[LogEntry] = Field(default_factory=list)
+    error: list[LogEntry] = Field(default_factory=list)
+    warn: list[LogEntry] = Field(default_factory=list)
+    debug: list[LogEntry] = Field(default_factory=list)
+    verbose: list[LogEntry] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise_envelope(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        data.pop("expireAfter", None)  # older releases persisted an expiry; policy now lives in the flow
+        if "flows" in data:
+            flows = data.pop("flows")
+            if "flow" in data or not isinstance(flows, list) or len(flows) != 1:
+                raise ValueError("a session document holds exactly one flow")
+            data["flow"] = flows[0]
+        revision = data.get("revision")
+        if isinstance(revision, float) and revision.is_integer():
+            data["revision"] = int(revision)
+        return data
+
+    @classmethod
+    def from_stored(cls, data: Any) -> SessionDoc:
+        """Validate a stored (or legacy) document, raising ``SessionFlowInvariantError`` if malformed."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            session_id = data.get("id") if isinstance(data, dict) else None
+            raise SessionFlowInvariantError(
+                f"Session '{session_id or ''}' is not a valid one-flow document: {_first_error(exc)}"
+            ) from exc
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The portable camelCase JSON form of this document."""
+        return self.model_dump(by_alias=True, mode="json")
+
+    def check_invariant(self) -> None:
+        """Re-check the one-flow invariant on a document that may have been mutated in place."""
+        flow = self.flow
+        problems = []
+        if not isinstance(flow, FlowDoc):
+            problems.append("flow must be one flow object")
+        else:
+            if not isinstance(flow.name, str) or not flow.name.strip():
+                problems.append("flow.name must be a non-empty string")
+            if not isinstance(flow.memory, dict) or not isinstance(flow.context, dict):
+                problems.append("flow.memory and flow.context must be mappings")
+            if flow.current_step is not None and not isinstance(flow.current_step, str):
+                problems.append("flow.currentStep must be a string or null")
+            if not isinstance(flow.steps, list) or not isinstance(flow.sequence, list):
+                problems.append("flow.steps and flow.sequence must be lists")
+            if isinstance(flow.memory, dict):
+                for key in flow.memory:
+                    try:
+                        validate_namespace(key)
+                    except ValueError as exc:
+                        problems.append(str(exc))
+        if problems:
+            raise SessionFlowInvariantError(f"Session '{self.id}' breaks the one-flow invariant: {problems[0]}")
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(part) for part in err.get("loc", ())) or "document"
+    return f"{where}: {err.get('msg')}"

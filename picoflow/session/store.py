@@ -1,0 +1,123 @@
+"""The session store contract shared by every backend, and store selection from the environment."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from abc import ABC, abstractmethod
+from typing import Any
+
+from picoflow.errors import PicoFlowError, SessionFlowInvariantError
+from picoflow.session.document import FlowDoc, SessionDoc, utc_now
+
+
+def new_session_id() -> str:
+    """An unguessable session id: 128 random bits as 32 hex characters."""
+    return secrets.token_hex(16)
+
+
+class SessionStore(ABC):
+    """Persists whole session documents with compare-and-swap on ``revision``.
+
+    A store never interprets flows or applies restore policy: ``load`` returns whatever is stored.
+    """
+
+    #: Largest encoded document the backend accepts, in bytes; ``None`` means unbounded.
+    max_document_bytes: int | None = None
+
+    @abstractmethod
+    async def load(self, session_id: str) -> SessionDoc | None:
+        """Return the stored document, or ``None`` when there is none."""
+
+    @abstractmethod
+    async def create(self, flow: FlowDoc | dict[str, Any]) -> SessionDoc:
+        """Persist a new document around ``flow`` at revision 0 under a fresh id."""
+
+    @abstractmethod
+    async def save(self, doc: SessionDoc, expected_revision: int) -> SessionDoc:
+        """Write ``doc`` only if the stored revision equals ``expected_revision``.
+
+        Returns a copy at ``expected_revision + 1``; raises ``SessionConflictError`` otherwise
+        (a missing document is a conflict too).
+        """
+
+    @abstractmethod
+    async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
+        """Remove a document; compare-and-swap when ``expected_revision`` is given."""
+
+    async def close(self) -> None:  # noqa: B027 - most backends hold nothing to release
+        """Release connections and handles."""
+
+    def stored_size(self, doc: SessionDoc) -> int:
+        """Bytes ``doc`` would occupy in this backend (the engine uses it to keep documents small)."""
+        return len(encode_document(doc))
+
+
+def encode_document(doc: SessionDoc) -> bytes:
+    """The compact UTF-8 JSON encoding of a document."""
+    return doc.model_dump_json(by_alias=True).encode("utf-8")
+
+
+def decode_document(raw: bytes | str) -> SessionDoc:
+    import json
+
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise SessionFlowInvariantError(f"Stored session is not valid JSON: {exc}") from exc
+    return SessionDoc.from_stored(data)
+
+
+def new_document(flow: FlowDoc | dict[str, Any]) -> SessionDoc:
+    """A fresh running document at revision 0 around ``flow``."""
+    flow_doc = flow if isinstance(flow, FlowDoc) else _validate_flow(flow)
+    now = utc_now()
+    return SessionDoc(
+        id=new_session_id(), revision=0, flow=flow_doc.model_copy(deep=True), created_on=now, save_on=now
+    )
+
+
+def prepare_write(doc: SessionDoc, expected_revision: int) -> SessionDoc:
+    """Check the invariant and return the copy to persist at ``expected_revision + 1``."""
+    doc.check_invariant()
+    written = doc.model_copy(deep=True)
+    written.revision = expected_revision + 1
+    written.save_on = utc_now()
+    return written
+
+
+def _validate_flow(flow: dict[str, Any]) -> FlowDoc:
+    from pydantic import ValidationError
+
+    try:
+        return FlowDoc.model_validate(flow)
+    except ValidationError as exc:
+        raise SessionFlowInvariantError(f"Invalid flow object: {exc.errors()[0].get('msg')}") from exc
+
+
+def store_from_env(env: dict[str, str] | None = None) -> SessionStore:
+    """Build the store named by ``SESSION_STORE`` (MEMORY by default, SQLITE, DYNAMODB)."""
+    env = dict(os.environ) if env is None else env
+    kind = (env.get("SESSION_STORE") or "MEMORY").strip().upper()
+    if kind == "MEMORY":
+        from picoflow.session.memory_store import MemorySessionStore
+
+        return MemorySessionStore()
+    if kind == "SQLITE":
+        from picoflow.session.sqlite_store import SQLiteSessionStore
+
+        return SQLiteSessionStore(env.get("SQLITE_PATH") or "ignore/session/session.sqlite")
+    if kind == "DYNAMODB":
+        from picoflow.session.dynamodb_store import DynamoDBSessionStore
+
+        table = env.get("SESSION_TABLE")
+        if not table:
+            raise PicoFlowError("SESSION_STORE=DYNAMODB needs SESSION_TABLE to name the sessions table.")
+        ttl = env.get("SESSION_TTL_SECONDS")
+        return DynamoDBSessionStore(
+            table,
+            endpoint_url=env.get("DYNAMODB_ENDPOINT_URL") or None,
+            region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            ttl_seconds=int(ttl) if ttl else None,
+        )
+    raise PicoFlowError(f"No valid session store '{kind}'. Use MEMORY, SQLITE or DYNAMODB.")
