@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from picoflow.session.document import ModelSelectionDoc
 
-SENSITIVE_PARAM_KEYS = ("api_key", "apikey", "authorization", "credentials", "password", "secret", "token")
+# Normalised (lower case, no "_" or "-") key endings that mark a credential.
+SENSITIVE_KEY_ENDINGS = ("apikey", "authorization", "credentials", "password", "secret", "secretkey", "token")
 
 
 class ModelSelection(BaseModel):
@@ -48,8 +49,13 @@ def strip_sensitive(value: Any) -> Any:
         return {
             k: strip_sensitive(v)
             for k, v in value.items()
-            if not any(marker in k.lower().replace("-", "_") for marker in SENSITIVE_PARAM_KEYS)
+            if not _is_sensitive(k)
         }
     if isinstance(value, list):
         return [strip_sensitive(v) for v in value]
     return value
+
+
+def _is_sensitive(key: str) -> bool:
+    normalised = key.lower().replace("_", "").replace("-", "")
+    return normalised.endswith(SENSITIVE_KEY_ENDINGS)
