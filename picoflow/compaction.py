@@ -1,0 +1,236 @@
+"""Rolling summarisation of a memory namespace: older messages become a summary, the newest stay verbatim."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from picoflow.errors import PicoFlowError
+
+DEFAULT_SUMMARY_MIN_MESSAGES = 16
+DEFAULT_SUMMARY_RECENT_MESSAGES = 8
+MIN_SUMMARY_MIN_MESSAGES = 8
+
+SUMMARY_MESSAGE_PREFIX = "Summary of the earlier conversation in this step (older messages were condensed into it):"
+
+_SUMMARY_INSTRUCTION = (
+    "You maintain the running memory of a conversation between a user and an assistant. "
+    "You receive the current summary (possibly empty) and the next messages of the conversation, "
+    "which will be removed from the history once you have summarised them. "
+    "Reply with one updated, cumulative summary that merges the current summary with the new messages. "
+    "Be concise and factual. Keep every name, number, amount, date, choice, decision, commitment and "
+    "tool outcome, and list the questions that are still open. When a later message corrects or "
+    "replaces an earlier fact, keep only the newer one. Do not invent anything, do not address the user, "
+    "and reply with the summary text only."
+)
+
+
+class CompactionError(PicoFlowError):
+    """The summary model produced no usable summary."""
+
+    code = "MEMORY_COMPACTION_FAILED"
+    status_code = 500
+
+
+@dataclass(frozen=True)
+class SummaryConfig:
+    """When a namespace is compacted and how many of its newest messages are kept verbatim.
+
+    ``min_messages`` is the number of non-system messages a namespace may hold before it is
+    compacted; ``recent_messages`` is how many of the newest ones survive a compaction unchanged.
+    """
+
+    min_messages: int = DEFAULT_SUMMARY_MIN_MESSAGES
+    recent_messages: int = DEFAULT_SUMMARY_RECENT_MESSAGES
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.min_messages) or self.min_messages < MIN_SUMMARY_MIN_MESSAGES:
+            raise ValueError(
+                f"min_messages must be an integer >= {MIN_SUMMARY_MIN_MESSAGES}, got {self.min_messages!r}"
+            )
+        upper = self.min_messages - 2
+        if not _is_int(self.recent_messages) or not 1 <= self.recent_messages <= upper:
+            raise ValueError(
+                f"recent_messages must be an integer from 1 to {upper} (min_messages - 2), got {self.recent_messages!r}"
+            )
+
+
+@dataclass
+class CompactionResult:
+    """The outcome of one compaction.
+
+    ``messages`` is the new namespace list (the original system slot followed by the kept messages),
+    ``summary`` the new rolling summary, ``summarized_through_id`` the id of the last message folded
+    into it, and ``response`` the summary model's reply (for token accounting).
+    """
+
+    messages: list[BaseMessage]
+    summary: str
+    summarized_through_id: str | None
+    response: AIMessage
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass, but True is not a message count
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _tool_call_ids(message: BaseMessage) -> list[str]:
+    if not isinstance(message, AIMessage):
+        return []
+    return [call["id"] for call in message.tool_calls if call.get("id")]
+
+
+def choose_cut(messages: Sequence[BaseMessage], recent_messages: int) -> int:
+    """Index of the first message kept verbatim when ``messages`` (slot 0 included) is compacted.
+
+    Aims to keep the ``recent_messages`` newest messages. The cut never separates an AI message
+    carrying tool calls from its tool results: it moves earlier to keep the calling message, or, if
+    that would keep everything, later past the results. Returns 1 when nothing can be summarised.
+    """
+    total = len(messages)
+    target = total - recent_messages
+    if target <= 1:
+        return 1
+
+    caller_index: dict[str, int] = {}
+    # blocked[c] is True when cutting before index c would split a tool call from one of its results
+    blocked = [False] * (total + 1)
+    for index, message in enumerate(messages):
+        if index == 0:
+            continue
+        for call_id in _tool_call_ids(message):
+            caller_index.setdefault(call_id, index)
+        if isinstance(message, ToolMessage):
+            caller = caller_index.get(message.tool_call_id)
+            if caller is not None:
+                for cut in range(caller + 1, index + 1):
+                    blocked[cut] = True
+
+    for cut in range(target, 1, -1):
+        if not blocked[cut]:
+            return cut
+    # at least one message must stay verbatim, so the search stops before the end of the list
+    for cut in range(target + 1, total):
+        if not blocked[cut]:
+            return cut
+    return 1
+
+
+def orphan_tool_messages(messages: Sequence[BaseMessage]) -> list[ToolMessage]:
+    """Tool messages whose ``tool_call_id`` was not issued by an earlier AI message in ``messages``."""
+    issued: set[str] = set()
+    orphans: list[ToolMessage] = []
+    for message in messages:
+        issued.update(_tool_call_ids(message))
+        if isinstance(message, ToolMessage) and message.tool_call_id not in issued:
+            orphans.append(message)
+    return orphans
+
+
+def summary_system_message(summary: str, *, message_id: str | None = None) -> SystemMessage:
+    """The system message that carries a namespace's summary, placed right after the system prompt."""
+    return SystemMessage(content=f"{SUMMARY_MESSAGE_PREFIX}\n{summary}", id=message_id)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "".join(parts)
+    return "" if content is None else str(content)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _render_transcript(summarised: Sequence[BaseMessage], tool_names: dict[str, str]) -> str:
+    lines: list[str] = []
+    for message in summarised:
+        text = _content_text(message.content).strip()
+        if isinstance(message, HumanMessage):
+            lines.append(f"User: {text}")
+        elif isinstance(message, AIMessage):
+            if text:
+                lines.append(f"Assistant: {text}")
+            for call in message.tool_calls:
+                lines.append(f"Assistant called tool {call['name']} with {_json(call.get('args', {}))}")
+        elif isinstance(message, ToolMessage):
+            name = message.name or tool_names.get(message.tool_call_id) or "unknown"
+            lines.append(f"Tool {name} returned: {text}")
+        elif isinstance(message, SystemMessage):
+            lines.append(f"System: {text}")
+        else:
+            lines.append(f"{message.type}: {text}")
+    return "\n".join(lines)
+
+
+def build_summary_request(
+    summarised: Sequence[BaseMessage], previous_summary: str | None, *, context: Sequence[BaseMessage] = ()
+) -> list[BaseMessage]:
+    """The messages sent to the summary model to fold ``summarised`` into ``previous_summary``.
+
+    ``context`` is only used to resolve tool names of results whose message carries none.
+    """
+    tool_names: dict[str, str] = {}
+    for message in (*context, *summarised):
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                if call.get("id"):
+                    tool_names[call["id"]] = call["name"]
+    previous = (previous_summary or "").strip() or "(none yet)"
+    request = (
+        f"Current summary:\n{previous}\n\n"
+        f"Messages to fold into the summary, oldest first:\n{_render_transcript(summarised, tool_names)}\n\n"
+        "Write the updated summary."
+    )
+    return [SystemMessage(content=_SUMMARY_INSTRUCTION), HumanMessage(content=request)]
+
+
+async def compact_history(
+    messages: Sequence[BaseMessage],
+    *,
+    previous_summary: str | None,
+    model: BaseChatModel,
+    config: SummaryConfig,
+    force: bool = False,
+) -> CompactionResult | None:
+    """Fold the older messages of one namespace into its rolling summary.
+
+    Returns None when the namespace holds no more than ``config.min_messages`` non-system messages
+    (unless ``force``) or when no cut can keep tool calls together with their results. Errors of
+    the summary model propagate; an empty summary raises ``CompactionError``.
+    """
+    if len(messages) <= 1:
+        return None
+    if not force and len(messages) - 1 <= config.min_messages:
+        return None
+    cut = choose_cut(messages, config.recent_messages)
+    if cut <= 1:
+        return None
+
+    summarised = list(messages[1:cut])
+    response = await model.ainvoke(build_summary_request(summarised, previous_summary, context=messages))
+    summary = _content_text(response.content).strip()
+    if not summary:
+        raise CompactionError("The summary model returned an empty summary.")
+    if not isinstance(response, AIMessage):
+        response = AIMessage(content=response.content, id=response.id)
+    return CompactionResult(
+        messages=[messages[0], *messages[cut:]],
+        summary=summary,
+        summarized_through_id=summarised[-1].id,
+        response=response,
+    )
