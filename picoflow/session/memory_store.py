@@ -1,0 +1,68 @@
+"""A process-local session store for examples, unit tests and single-process development."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from picoflow.errors import SessionConflictError, SessionTooLargeError
+from picoflow.session.document import FlowDoc, SessionDoc
+from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
+
+
+class MemorySessionStore(SessionStore):
+    """Keeps encoded documents in a dict; nothing survives the process and nothing is shared with callers.
+
+    Documents are held in their encoded form, so callers never share objects with the store and
+    every load behaves like a load from a real backend.
+    """
+
+    def __init__(self, *, max_document_bytes: int | None = None) -> None:
+        self.max_document_bytes = max_document_bytes
+        # (revision, flow name, encoded document) per session id.
+        self._rows: dict[str, tuple[int, str, bytes]] = {}
+        # A thread lock rather than an asyncio one: the critical sections never await, and callers
+        # may also reach the store from worker threads.
+        self._lock = threading.Lock()
+
+    async def load(self, session_id: str) -> SessionDoc | None:
+        with self._lock:
+            row = self._rows.get(session_id)
+        if row is None:
+            return None
+        doc = decode_document(row[2])
+        doc.revision = row[0]
+        return doc
+
+    async def create(self, flow: FlowDoc | dict[str, Any]) -> SessionDoc:
+        doc = new_document(flow)
+        doc.check_invariant()
+        encoded = self._encode(doc)
+        with self._lock:
+            if doc.id in self._rows:
+                raise SessionConflictError(doc.id)
+            self._rows[doc.id] = (doc.revision, doc.flow.name, encoded)
+        return doc
+
+    async def save(self, doc: SessionDoc, expected_revision: int) -> SessionDoc:
+        written = prepare_write(doc, expected_revision)
+        encoded = self._encode(written)
+        with self._lock:
+            row = self._rows.get(written.id)
+            if row is None or row[0] != expected_revision or row[1] != written.flow.name:
+                raise SessionConflictError(written.id)
+            self._rows[written.id] = (written.revision, written.flow.name, encoded)
+        return written
+
+    async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
+        with self._lock:
+            row = self._rows.get(session_id)
+            if expected_revision is not None and (row is None or row[0] != expected_revision):
+                raise SessionConflictError(session_id)
+            self._rows.pop(session_id, None)
+
+    def _encode(self, doc: SessionDoc) -> bytes:
+        encoded = encode_document(doc)
+        if self.max_document_bytes is not None and len(encoded) > self.max_document_bytes:
+            raise SessionTooLargeError(doc.id, len(encoded), self.max_document_bytes)
+        return encoded

@@ -1,0 +1,158 @@
+"""A durable single-host session store on the standard library's sqlite3."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from picoflow.errors import SessionConflictError, SessionStoreError, SessionTooLargeError
+from picoflow.session.document import FlowDoc, SessionDoc, format_timestamp
+from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
+
+T = TypeVar("T")
+
+DEFAULT_MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+BUSY_TIMEOUT_MS = 5000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS session (
+    id TEXT PRIMARY KEY,
+    flow_name TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    run_status TEXT NOT NULL,
+    save_on TEXT NOT NULL,
+    doc TEXT NOT NULL
+)
+"""
+
+
+class SQLiteSessionStore(SessionStore):
+    """Stores one row per session in table ``session``; the ``revision`` column is the compare-and-swap token.
+
+    The database runs in WAL mode with a busy timeout, so several connections and processes on one
+    host can share the file. Blocking sqlite3 calls run in worker threads.
+    """
+
+    def __init__(self, path: str | Path, *, max_document_bytes: int | None = DEFAULT_MAX_DOCUMENT_BYTES) -> None:
+        self.path = str(path)
+        self.max_document_bytes = max_document_bytes
+        self._conn: sqlite3.Connection | None = None
+        # One connection per store, used from whichever worker thread runs the call.
+        self._lock = threading.Lock()
+
+    async def load(self, session_id: str) -> SessionDoc | None:
+        def read(conn: sqlite3.Connection) -> tuple[int, str] | None:
+            return conn.execute("SELECT revision, doc FROM session WHERE id = ?", (session_id,)).fetchone()
+
+        row = await self._run("load", session_id, read)
+        if row is None:
+            return None
+        doc = decode_document(row[1])
+        doc.revision = row[0]
+        return doc
+
+    async def create(self, flow: FlowDoc | dict[str, Any]) -> SessionDoc:
+        doc = new_document(flow)
+        doc.check_invariant()
+        text = self._encode(doc)
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "INSERT OR IGNORE INTO session (id, flow_name, revision, run_status, save_on, doc) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (doc.id, doc.flow.name, doc.revision, doc.run_status, format_timestamp(doc.save_on), text),
+            )
+            return cursor.rowcount == 1
+
+        if not await self._run("create", doc.id, insert):
+            raise SessionConflictError(doc.id)
+        return doc
+
+    async def save(self, doc: SessionDoc, expected_revision: int) -> SessionDoc:
+        written = prepare_write(doc, expected_revision)
+        text = self._encode(written)
+
+        def update(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute(
+                "UPDATE session SET revision = ?, run_status = ?, save_on = ?, doc = ? "
+                "WHERE id = ? AND revision = ? AND flow_name = ?",
+                (
+                    written.revision,
+                    written.run_status,
+                    format_timestamp(written.save_on),
+                    text,
+                    written.id,
+                    expected_revision,
+                    written.flow.name,
+                ),
+            )
+            return cursor.rowcount
+
+        if await self._run("save", written.id, update) != 1:
+            raise SessionConflictError(written.id)
+        return written
+
+    async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
+        def remove(conn: sqlite3.Connection) -> int:
+            if expected_revision is None:
+                conn.execute("DELETE FROM session WHERE id = ?", (session_id,))
+                return 1
+            cursor = conn.execute("DELETE FROM session WHERE id = ? AND revision = ?", (session_id, expected_revision))
+            return cursor.rowcount
+
+        if await self._run("delete", session_id, remove) != 1:
+            raise SessionConflictError(session_id)
+
+    async def close(self) -> None:
+        def shut() -> None:
+            with self._lock:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+
+        await asyncio.to_thread(shut)
+
+    def _encode(self, doc: SessionDoc) -> str:
+        encoded = encode_document(doc)
+        if self.max_document_bytes is not None and len(encoded) > self.max_document_bytes:
+            raise SessionTooLargeError(doc.id, len(encoded), self.max_document_bytes)
+        return encoded.decode("utf-8")
+
+    async def _run(self, operation: str, session_id: str, work: Callable[[sqlite3.Connection], T]) -> T:
+        def call() -> T:
+            with self._lock:
+                return work(self._connection())
+
+        try:
+            return await asyncio.to_thread(call)
+        except sqlite3.Error as exc:
+            # A locked or busy database is transient; anything else is a real failure.
+            transient = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower()
+            raise SessionStoreError(
+                operation, session_id, f"{type(exc).__name__}: {exc}", status_code=503 if transient else 500
+            ) from exc
+        except OSError as exc:
+            raise SessionStoreError(operation, session_id, f"{type(exc).__name__}: {exc}") from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # Autocommit: every statement is its own atomic transaction, which is all the CAS needs.
+            conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(_SCHEMA)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
