@@ -1,0 +1,167 @@
+"""``picoflow chat FLOW``: a terminal client for the PicoFlow HTTP API.
+
+Each input line is one turn (``POST /ai/run``); the session id returned in the ``CHAT_SESSION_ID``
+header is sent back on the next turn. ``/end`` deletes the session (``POST /ai/end``), a blank line
+is ignored and end of input quits.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.message import Message
+from typing import Any, TextIO
+
+SESSION_HEADER = "CHAT_SESSION_ID"
+# A little above the function timeout, so the server's own error arrives before ours.
+REQUEST_TIMEOUT_SECONDS = 35.0
+
+
+@dataclass
+class Reply:
+    """One HTTP answer from the API."""
+
+    status: int
+    content_type: str
+    text: str
+    session: str | None
+
+    @property
+    def envelope(self) -> dict[str, Any] | None:
+        """The parsed JSON envelope, or None when the body is a raw (non-envelope) message."""
+        if not self.content_type.startswith("application/json"):
+            return None
+        try:
+            data = json.loads(self.text)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) and "success" in data else None
+
+
+class ChatClient:
+    """Talks to one flow, carrying the session id from turn to turn."""
+
+    def __init__(self, base_url: str, flow: str, config: dict[str, Any] | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.flow = flow
+        self.config = config
+        self.session: str | None = None
+
+    def send(self, message: str) -> Reply:
+        """Run one turn; a completed session is forgotten so the next line starts a new one."""
+        payload: dict[str, Any] = {"flowName": self.flow, "message": message}
+        if self.session is None and self.config is not None:
+            payload["config"] = self.config
+        reply = self._post("/ai/run", payload)
+        envelope = reply.envelope
+        if envelope is not None and envelope.get("success") and envelope.get("completed"):
+            self.session = None
+        elif reply.session:
+            self.session = reply.session
+        return reply
+
+    def end(self) -> Reply:
+        """Delete the current session on the server."""
+        reply = self._post("/ai/end", None)
+        self.session = None
+        return reply
+
+    def _post(self, route: str, payload: dict[str, Any] | None) -> Reply:
+        data = json.dumps(payload).encode("utf-8") if payload is not None else b""
+        request = urllib.request.Request(self.base_url + route, data=data, method="POST")
+        if payload is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.session:
+            request.add_header(SESSION_HEADER, self.session)
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as response:
+                return _reply(response.status, response.headers, response.read())
+        except urllib.error.HTTPError as error:
+            with error:
+                return _reply(error.code, error.headers, error.read())
+
+
+def _reply(status: int, headers: Message, body: bytes) -> Reply:
+    text = body.decode(headers.get_content_charset() or "utf-8", errors="replace")
+    session = headers.get(SESSION_HEADER)
+    content_type = headers.get_content_type()
+    if not session and content_type == "application/json":
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("session"), str):
+            session = data["session"]
+    return Reply(status=status, content_type=content_type, text=text, session=session or None)
+
+
+def chat(
+    flow: str,
+    url: str = "http://127.0.0.1:8000",
+    config: dict[str, Any] | None = None,
+    *,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+) -> int:
+    """Run the REPL until end of input; returns the process exit code."""
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    client = ChatClient(url, flow, config)
+    interactive = stdin.isatty()
+
+    def say(text: str) -> None:
+        print(text, file=stdout, flush=True)
+
+    say(f"Chatting with {flow} at {client.base_url}. /end deletes the session; Ctrl+D quits.")
+    while True:
+        if interactive:
+            stdout.write("you> ")
+            stdout.flush()
+        line = stdin.readline()
+        if not line:
+            return 0
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            if text == "/end":
+                if client.session is None:
+                    say("[no session to end]")
+                    continue
+                ended = client.session
+                reply = client.end()
+                envelope = reply.envelope or {}
+                if envelope.get("success"):
+                    say(f"[session {ended} ended]")
+                else:
+                    say(f"[could not end session {ended}: {envelope.get('message') or reply.text}]")
+                continue
+            before = client.session
+            reply = client.send(text)
+        except (urllib.error.URLError, OSError) as error:
+            say(f"[cannot reach {client.base_url}: {getattr(error, 'reason', error)}]")
+            return 1
+        _show(say, flow, reply, new_session=reply.session if reply.session != before else None)
+
+
+def _show(say: Callable[[str], None], flow: str, reply: Reply, *, new_session: str | None) -> None:
+    if new_session:
+        say(f"[session {new_session}]")
+    envelope = reply.envelope
+    if envelope is None:
+        if reply.status >= 400:
+            say(f"[error {reply.status}] {reply.text}")
+        else:
+            say(f"{flow} ({reply.content_type})> {reply.text}")
+        return
+    if not envelope.get("success"):
+        code = envelope.get("code")
+        say(f"[error {reply.status}{' ' + code if code else ''}] {envelope.get('message', '')}")
+        return
+    say(f"{flow}> {envelope.get('message', '')}")
+    if envelope.get("completed"):
+        say("[session completed; the next message starts a new one]")

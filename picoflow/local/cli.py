@@ -1,0 +1,58 @@
+"""The ``picoflow`` command: ``picoflow serve`` and ``picoflow chat FLOW``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from picoflow.local.chat import chat
+from picoflow.local.serve import serve
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"tenantId\": \"demo\"}'")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="picoflow", description="Run PicoFlow flows locally.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve the Lambda handler over HTTP (API Gateway v2 events, no Docker)",
+        description="Serve POST /ai/run, POST /ai/end, GET /ai/flows and GET /health through the Lambda "
+        "handler. Sessions use SQLite unless SESSION_STORE is set.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on, 0 for any (default: %(default)s)")
+    serve.add_argument("--flows", metavar="MODULES", help="comma-separated modules whose flows to register")
+
+    chat = commands.add_parser(
+        "chat",
+        help="talk to a flow from the terminal",
+        description="Each line is one turn; /end deletes the session; end of input quits.",
+    )
+    chat.add_argument("flow", metavar="FLOW", help="registered flow name, e.g. HotelFlow")
+    chat.add_argument("--url", default="http://127.0.0.1:8000", help="API base URL (default: %(default)s)")
+    chat.add_argument("--config", type=_json_object, metavar="JSON", help="session config sent on the first turn")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``picoflow`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args.host, args.port, args.flows)
+    return chat(args.flow, args.url, args.config)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

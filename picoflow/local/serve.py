@@ -1,0 +1,159 @@
+"""``picoflow serve``: a local HTTP server that feeds API Gateway v2 events to the Lambda handler.
+
+The no-Docker equivalent of ``sam local start-api``: every request becomes the event API Gateway
+would send, the handler runs in-process, and its proxy response is written back verbatim.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from picoflow.aws.apigw import FakeLambdaContext, http_event
+
+LambdaHandler = Callable[[dict[str, Any], Any], Any]
+
+# API Gateway refuses request payloads above 10 MB before invoking the integration.
+MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
+_TOO_LARGE = b'{"message":"Request Entity Too Large"}'
+_INTERNAL_ERROR = b'{"message":"Internal Server Error"}'
+
+
+class LambdaHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server that dispatches every request to one Lambda handler callable."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], lambda_handler: LambdaHandler) -> None:
+        super().__init__(address, _ProxyRequestHandler)
+        self.lambda_handler = lambda_handler
+
+    @property
+    def url(self) -> str:
+        """The base URL the server is listening on."""
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+class _ProxyRequestHandler(BaseHTTPRequestHandler):
+    server: LambdaHTTPServer
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self._proxy()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = do_GET
+
+    def _proxy(self) -> None:
+        try:
+            body = self._read_body()
+        except _PayloadTooLarge:
+            self._send(413, {"content-type": ["application/json"], "connection": ["close"]}, _TOO_LARGE)
+            return
+        path, _, query = self.path.partition("?")
+        client_ip = self.client_address[0]
+        headers = list(self.headers.items())
+        forwarded = {
+            "x-forwarded-for": client_ip,
+            "x-forwarded-proto": "http",
+            "x-forwarded-port": str(self.server.server_address[1]),
+        }
+        headers.extend((name, value) for name, value in forwarded.items() if name not in self.headers)
+        event = http_event(self.command, path, body=body, headers=headers, query=query, source_ip=client_ip)
+        try:
+            result = self.server.lambda_handler(event, FakeLambdaContext())
+            status, response_headers, payload = _translate_response(result)
+        except Exception:
+            # API Gateway answers an integration failure with a bare 500; the trace is for the developer.
+            traceback.print_exc(file=sys.stderr)
+            self._send(500, {"content-type": ["application/json"]}, _INTERNAL_ERROR)
+            return
+        self._send(status, response_headers, payload)
+
+    def _read_body(self) -> bytes | None:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._read_chunked() or None
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_PAYLOAD_BYTES:
+            raise _PayloadTooLarge
+        return self.rfile.read(length) if length else None
+
+    def _read_chunked(self) -> bytes:
+        chunks: list[bytes] = []
+        total = 0
+        while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
+            total += size
+            if total > MAX_PAYLOAD_BYTES:
+                raise _PayloadTooLarge
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline()
+        while self.rfile.readline().strip():
+            pass  # trailer fields, which API Gateway does not forward either
+        return b"".join(chunks)
+
+    def _send(self, status: int, headers: dict[str, list[str]], payload: bytes) -> None:
+        self.send_response(status)
+        for name, values in headers.items():
+            for value in values:
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+
+class _PayloadTooLarge(Exception):
+    pass
+
+
+def _translate_response(result: Any) -> tuple[int, dict[str, list[str]], bytes]:
+    if not isinstance(result, dict) or "statusCode" not in result:
+        # API Gateway treats any other return value as a 200 JSON body.
+        return 200, {"content-type": ["application/json"]}, json.dumps(result).encode("utf-8")
+    headers: dict[str, list[str]] = {}
+    for name, value in (result.get("headers") or {}).items():
+        headers.setdefault(name.lower(), []).append(str(value))
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        bucket = headers.setdefault(name.lower(), [])
+        bucket.extend(str(value) for value in values if str(value) not in bucket)
+    for cookie in result.get("cookies") or []:
+        headers.setdefault("set-cookie", []).append(cookie)
+    body = result.get("body") or ""
+    payload = base64.b64decode(body) if result.get("isBase64Encoded") else str(body).encode("utf-8")
+    return int(result["statusCode"]), headers, payload
+
+
+def make_server(host: str, port: int, handler: LambdaHandler | None = None) -> LambdaHTTPServer:
+    """Bind a server on ``host:port`` (0 picks a free port) that invokes ``handler(event, context)``.
+
+    Without ``handler`` the project's Lambda entry point ``handlers.api.lambda_handler`` is imported,
+    so configure the environment (``SESSION_STORE``, ``PICOFLOW_FLOWS`` ...) before calling this.
+    """
+    if handler is None:
+        from handlers.api import lambda_handler
+
+        handler = lambda_handler
+    return LambdaHTTPServer((host, port), handler)
+
+
+def serve(host: str = "127.0.0.1", port: int = 8000, flows: str | None = None) -> int:
+    """Run the local API until interrupted; sessions default to the SQLite store."""
+    os.environ.setdefault("SESSION_STORE", "SQLITE")
+    if flows:
+        os.environ["PICOFLOW_FLOWS"] = flows
+    server = make_server(host, port)
+    print(f"PicoFlow API listening on {server.url} (session store {os.environ['SESSION_STORE']})", flush=True)
+    print("Routes: POST /ai/run, POST /ai/end, GET /ai/flows, GET /health. Ctrl+C stops.", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("\nStopped.", flush=True)
+    finally:
+        server.server_close()
+    return 0
