@@ -1,0 +1,58 @@
+"""PicoFlow for Python: stateful multi-step LLM conversations as flows of steps."""
+
+from picoflow.engine import FlowEngine, RunResponse
+from picoflow.errors import (
+    PicoFlowError,
+    SessionConflictError,
+    SessionFlowInvariantError,
+    SessionFlowMismatchError,
+    SessionStoreError,
+    SessionTooLargeError,
+)
+from picoflow.flow import Flow
+from picoflow.logger import SessionLogger
+from picoflow.messages import AiMessageEx, DirectMessage, HumanMessageEx, ToolMessageEx
+from picoflow.models.selection import ModelSelection
+from picoflow.session.document import SessionDoc
+from picoflow.session.dynamodb_store import DynamoDBSessionStore
+from picoflow.session.memory_store import MemorySessionStore
+from picoflow.session.sqlite_store import SQLiteSessionStore
+from picoflow.session.store import SessionStore
+from picoflow.step import LogicStep, Step, TerminateSessionStep
+from picoflow.tools import ToolSpec, tool, tools
+from picoflow.transitions import Transition, direct, direct_to, finish, go, stay
+
+__all__ = [
+    "AiMessageEx",
+    "DirectMessage",
+    "DynamoDBSessionStore",
+    "Flow",
+    "FlowEngine",
+    "HumanMessageEx",
+    "LogicStep",
+    "MemorySessionStore",
+    "ModelSelection",
+    "PicoFlowError",
+    "RunResponse",
+    "SQLiteSessionStore",
+    "SessionConflictError",
+    "SessionDoc",
+    "SessionFlowInvariantError",
+    "SessionFlowMismatchError",
+    "SessionLogger",
+    "SessionStore",
+    "SessionStoreError",
+    "SessionTooLargeError",
+    "Step",
+    "TerminateSessionStep",
+    "ToolMessageEx",
+    "ToolSpec",
+    "Transition",
+    "direct",
+    "direct_to",
+    "finish",
+    "go",
+    "stay",
+    "tool",
+    "tools",
+]

@@ -1,0 +1,286 @@
+"""Flow: the durable workflow boundary — one registered name, one step registry, one session envelope."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from picoflow.errors import PicoFlowError
+from picoflow.logger import SessionLogger
+from picoflow.memory import Memory
+from picoflow.models.selection import ModelSelection
+from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc
+from picoflow.step import Step, TerminateSessionStep, deep_merge, read_path
+from picoflow.tools import ToolSpec
+from picoflow.transitions import step_name
+
+if TYPE_CHECKING:
+    from langchain_core.messages import BaseMessage
+
+    from picoflow.engine import FlowEngine
+
+
+class Flow:
+    """Subclass this to declare a conversation: its model, steps, tools and restore policy.
+
+    A fresh instance serves each request; only the session document survives between turns.
+    """
+
+    id: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "id" not in cls.__dict__:
+            cls.id = cls.__name__
+
+    def __init__(self) -> None:
+        self._context: dict[str, Any] = {}
+        self._memory = Memory()
+        self._steps: dict[str, Step] = {}
+        self._tools: dict[str, ToolSpec] = {}
+        self._model: ModelSelection | None = None
+        self._doc: SessionDoc | None = None
+        self._engine: FlowEngine | None = None
+        self._current: str | None = None
+        self._sequence: list[SequenceItem] = []
+        self._frames: list[Step] = []
+
+    # -- subclass hooks -----------------------------------------------------------------------
+
+    def config_model(self) -> ModelSelection:
+        """The flow's default model; every step without ``use_model`` inherits it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement config_model().")
+
+    async def init(self) -> None:
+        """Per-request setup after the request config is in context, before steps are collected."""
+
+    def define_steps(self) -> list[Step]:
+        return [TerminateSessionStep(self).use_memory("temp")]
+
+    def initial_step(self) -> type[Step] | None:
+        """The step a new session starts on; None means the first registered step."""
+        return None
+
+    def define_tools(self) -> list[ToolSpec]:
+        """Tool definitions shared by several steps."""
+        return []
+
+    async def on_restore_session_doc(self, doc: SessionDoc) -> SessionDoc | None:
+        """Accept, migrate (return the changed doc) or decline (return None) a stored session."""
+        return doc if self.is_session_current(doc) else None
+
+    def is_session_current(self, doc: SessionDoc) -> bool:
+        return doc.version == SESSION_DOC_VERSION
+
+    def session_idle_ms(self, doc: SessionDoc) -> int:
+        """Milliseconds since the document was last saved."""
+        return int((datetime.now(UTC) - doc.save_on).total_seconds() * 1000)
+
+    # -- context ------------------------------------------------------------------------------
+
+    def get_context(self, path: str | None = None) -> Any:
+        """Read the session context, e.g. ``get_context("config.tenantId")``."""
+        return copy.deepcopy(read_path(self._context, path))
+
+    def add_context(self, data: dict[str, Any]) -> None:
+        deep_merge(self._context, data)
+
+    def set_context(self, context: dict[str, Any]) -> None:
+        self._context = copy.deepcopy(context)
+
+    # -- steps and state ----------------------------------------------------------------------
+
+    def get_step(self, name: str) -> Step | None:
+        return self._steps.get(name)
+
+    def require_step(self, target: type[Step] | str) -> Step:
+        name = step_name(target)
+        step = self._steps.get(name)
+        if step is None:
+            raise PicoFlowError(f"Step '{name}' is not defined in flow '{self.id}'.")
+        return step
+
+    def get_steps(self) -> list[Step]:
+        return list(self._steps.values())
+
+    def get_current_step(self) -> Step | None:
+        return self._steps.get(self._current) if self._current else None
+
+    def get_executing_step(self) -> Step | None:
+        return self._frames[-1] if self._frames else self.get_current_step()
+
+    def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
+        return self.require_step(step_cls).get_state(key)
+
+    def save_step_state(self, step_cls: type[Step] | str, data: dict[str, Any]) -> None:
+        self.require_step(step_cls).save_state(data)
+
+    def save_transient_step_state(self, step_cls: type[Step] | str, data: dict[str, Any]) -> None:
+        self.require_step(step_cls).save_transient_state(data)
+
+    # -- memory -------------------------------------------------------------------------------
+
+    def get_memory(self, namespace: str | None = None) -> Any:
+        """The Memory container, or the live message list of one namespace."""
+        if namespace is None:
+            return self._memory
+        return self._memory.messages(namespace)
+
+    # -- tools --------------------------------------------------------------------------------
+
+    def get_tool(self, name: str) -> ToolSpec | None:
+        return self._tools.get(name)
+
+    def require_tool(self, name: str) -> ToolSpec:
+        spec = self._tools.get(name)
+        if spec is None:
+            raise PicoFlowError(f"Tool '{name}' is not defined in flow '{self.id}'.")
+        return spec
+
+    # -- session ------------------------------------------------------------------------------
+
+    def get_session_doc(self) -> SessionDoc:
+        if self._doc is None:
+            raise PicoFlowError("The session document is not loaded yet.")
+        return self._doc
+
+    def get_session_id(self) -> str:
+        return self.get_session_doc().id
+
+    def get_flow_engine(self) -> FlowEngine:
+        if self._engine is None:
+            raise PicoFlowError("The flow is not bound to an engine yet.")
+        return self._engine
+
+    def mark_completed(self) -> None:
+        self.get_session_doc().run_status = "completed"
+
+    @property
+    def logger(self) -> SessionLogger:
+        """Writes entries into the session document's log arrays."""
+        return SessionLogger(self.get_session_doc())
+
+    def model_selection(self) -> ModelSelection:
+        if self._model is None:
+            selection = self.config_model()
+            self._model = selection if isinstance(selection, ModelSelection) else ModelSelection(**selection)
+        return self._model
+
+    # -- cursor -------------------------------------------------------------------------------
+
+    async def goto(self, target: type[Step] | str) -> Step:
+        """Move the durable cursor: ``on_exit`` on the old step, a sequence entry, ``on_enter`` on the new."""
+        name = step_name(target)
+        if self._frames:
+            raise PicoFlowError(
+                f"Cannot goto '{name}' from a child execution frame. "
+                "Return a result to the owning step instead."
+            )
+        step = self.require_step(name)
+        if name == self._current:
+            return step
+        previous = self.get_current_step()
+        if previous is not None:
+            await previous.on_exit()
+        self._sequence.append(SequenceItem(level=1, step_name=name))
+        self._current = name
+        await step.on_enter()
+        return step
+
+    async def run_child(self, step_cls: type[Step] | str, user_message: str | None = None) -> Any:
+        """Run a registered step in a nested frame without moving the cursor."""
+        from picoflow.runner import run_nested
+
+        child = self.require_step(step_cls)
+        self._sequence.append(SequenceItem(level=len(self._frames) + 2, step_name=child.id))
+        self._frames.append(child)
+        try:
+            await child.on_enter()
+            try:
+                return await run_nested(self, child, user_message)
+            finally:
+                await child.on_exit()
+        finally:
+            self._frames.pop()
+
+    # -- runtime plumbing (used by FlowEngine) ---------------------------------------------------
+
+    def collect_steps(self) -> None:
+        steps: dict[str, Step] = {}
+        for step in self.define_steps():
+            if step.id in steps:
+                raise PicoFlowError(f"Step '{step.id}' is registered twice in flow '{self.id}'.")
+            steps[step.id] = step
+        if not steps:
+            raise PicoFlowError(f"Flow '{self.id}' defines no steps.")
+        self._steps = steps
+        registry: dict[str, ToolSpec] = {}
+        for spec in [*self.define_tools(), *(s for step in steps.values() for s in step.define_tools())]:
+            if spec.name in registry:
+                raise PicoFlowError(f"Duplicate tool '{spec.name}' registered in flow '{self.id}'.")
+            registry[spec.name] = spec
+        self._tools = registry
+        for step in steps.values():
+            for name in step.exposed_tool_names():
+                self.require_tool(name)
+
+    def new_flow_doc(self) -> FlowDoc:
+        """The flow object of a brand-new session, with the cursor on the initial step."""
+        initial = self.initial_step()
+        if initial is None:
+            name = next(iter(self._steps))
+        else:
+            name = step_name(initial)
+            if name not in self._steps:
+                raise PicoFlowError(f"Initial step '{name}' is not defined in flow '{self.id}'.")
+        return FlowDoc(
+            name=self.id,
+            model=self.model_selection().to_doc(),
+            context=copy.deepcopy(self._context),
+            steps=[StepDoc(name=s.id) for s in self._steps.values()],
+            current_step=name,
+            sequence=[SequenceItem(level=1, step_name=name)],
+        )
+
+    def bind(self, engine: FlowEngine, doc: SessionDoc) -> None:
+        """Hydrate this instance from a (loaded or freshly created) session document."""
+        self._engine = engine
+        self._doc = doc
+        flow = doc.flow
+        if flow.model is not None:
+            # A session keeps the model it started with.
+            self._model = ModelSelection.from_doc(flow.model)
+        self._context = copy.deepcopy(flow.context)
+        self._memory.load(flow.memory)
+        for step_doc in flow.steps:
+            step = self._steps.get(step_doc.name)
+            if step is not None:
+                step.read_doc(step_doc)
+        if flow.current_step is not None and flow.current_step not in self._steps:
+            raise PicoFlowError(f"Step '{flow.current_step}' is not defined in flow '{self.id}'.")
+        self._current = flow.current_step
+        self._sequence = [item.model_copy() for item in flow.sequence]
+
+    def write_back(self) -> SessionDoc:
+        """Copy this instance's state into the session document before it is saved."""
+        doc = self.get_session_doc()
+        stored_steps = {s.name: s for s in doc.flow.steps}
+        for step in self._steps.values():
+            stored_steps[step.id] = step.write_doc()
+        doc.flow = FlowDoc(
+            name=self.id,
+            model=self.model_selection().to_doc(),
+            context=copy.deepcopy(self._context),
+            memory=self._memory.dump(),
+            steps=list(stored_steps.values()),
+            current_step=self._current,
+            sequence=list(self._sequence),
+        )
+        doc.version = SESSION_DOC_VERSION
+        return doc
+
+    def tally(self, message: BaseMessage) -> None:
+        from picoflow.tokens import add_usage
+
+        add_usage(self.get_session_doc().tokens, message)

@@ -1,0 +1,316 @@
+"""Step: one stage of a flow, owning a prompt, tools, durable state and a memory namespace."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from langchain_core.messages import BaseMessage
+from pydantic import BaseModel
+
+from picoflow.errors import PicoFlowError
+from picoflow.messages import HumanMessageEx, message_step
+from picoflow.models.selection import ModelSelection
+from picoflow.session.document import StepDoc, format_timestamp, validate_namespace
+from picoflow.tools import ToolSpec, decorated_tools, exposed_order, group_handlers
+from picoflow.transitions import PLAIN_TEXT, Transition, go
+
+if TYPE_CHECKING:
+    from langchain_core.messages import AIMessage
+
+    from picoflow.flow import Flow
+
+TRANSIENT_KEY = "_transient"
+PROMPT_KEY = "_prompt"
+SAVE_ON_KEY = "_saveOn"
+
+
+def read_path(data: Any, path: str | None) -> Any:
+    """Read a dotted path (``a.b.0.c``) from nested dicts and lists; ``None`` when absent."""
+    if path is None:
+        return data
+    current = data
+    for part in path.split("."):
+        if isinstance(current, dict):
+            current = current.get(part)
+        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
+            current = current[int(part)]
+        else:
+            return None
+        if current is None:
+            return None
+    return current
+
+
+def deep_merge(target: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``incoming`` into ``target`` in place: nested dicts merge, everything else replaces."""
+    for key, value in incoming.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            deep_merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
+
+
+class Step:
+    """Subclass this for each conversational stage; register instances in ``Flow.define_steps``."""
+
+    id: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "id" not in cls.__dict__:
+            cls.id = cls.__name__
+
+    def __init__(self, flow: Flow) -> None:
+        self.flow = flow
+        self._namespace: str | None = None
+        self._model_override: ModelSelection | None = None
+        self._state: dict[str, Any] = {}
+        self._content_type = PLAIN_TEXT
+
+    # -- registration -------------------------------------------------------------------------
+
+    def use_memory(self, namespace: str) -> Step:
+        """Read and write history in ``namespace`` (steps sharing one share history)."""
+        try:
+            self._namespace = validate_namespace(namespace)
+        except ValueError as exc:
+            raise PicoFlowError(str(exc)) from exc
+        return self
+
+    def use_model(self, selection: ModelSelection | dict[str, Any]) -> Step:
+        """Use another model than the flow's for this step."""
+        self._model_override = selection if isinstance(selection, ModelSelection) else ModelSelection(**selection)
+        return self
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace or self.id
+
+    def model_selection(self) -> ModelSelection:
+        """The effective selection: the override, merged with the flow's params only for the same model."""
+        base = self.flow.model_selection()
+        override = self._model_override
+        if override is None:
+            return base
+        if override.provider == base.provider and override.name == base.name:
+            return override.model_copy(update={"params": {**base.params, **override.params}})
+        return override
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def get_prompt(self) -> str | None:
+        """The system prompt; by default whatever ``.with_prompt()`` stored."""
+        return self._state.get(PROMPT_KEY)
+
+    def define_tools(self) -> list[ToolSpec]:
+        """Tool definitions this step contributes to the flow-wide registry."""
+        return []
+
+    def use_tools(self) -> list[str]:
+        """Names of tools to expose without a decorated handler here."""
+        return []
+
+    async def on_start(self) -> BaseMessage | None:
+        """Runs once, for the initial step of a new session."""
+        await self.on_enter()
+        return self.on_crossing(None)
+
+    async def on_restore(self) -> None:
+        """Runs on the current step when a stored session is resumed."""
+
+    async def on_enter(self) -> None:
+        """Runs every time this step becomes the current step."""
+
+    async def on_exit(self) -> None:
+        """Runs when this step stops being the current step."""
+
+    def on_crossing(self, message: BaseMessage | None, prior_step: str | None = None) -> BaseMessage | None:
+        """Decide what this step's model sees on arrival; opens with "Start" when there is nothing."""
+        if message is None and message_step(self.get_last_message()) != self.id:
+            return HumanMessageEx(self, "Start")
+        return message
+
+    async def on_response(self, result: Any) -> Any:
+        """Turn a final model answer into a reply (str) or a route (step class, name or transition)."""
+        if isinstance(result, BaseModel):
+            return result.model_dump_json()
+        return result if isinstance(result, str) else json.dumps(result)
+
+    def check_response(self, result: AIMessage | Any) -> bool:
+        """Return True to reject this model result and ask for another one."""
+        return False
+
+    def struct_output_schema(self) -> type[BaseModel] | dict[str, Any] | None:
+        """A schema to constrain the model's answer, or None for free text."""
+        return None
+
+    def is_logic(self) -> bool:
+        return False
+
+    def is_end(self) -> bool:
+        """Whether the response reports the session as completed."""
+        return self.flow.get_session_doc().run_status == "completed"
+
+    # -- state --------------------------------------------------------------------------------
+
+    def save_state(self, data: dict[str, Any]) -> None:
+        """Replace ``data``'s first key, deep-merge the rest, and stamp ``_saveOn``."""
+        if not data:
+            return
+        first = next(iter(data))
+        self._state.pop(first, None)
+        deep_merge(self._state, data)
+        self._state[SAVE_ON_KEY] = format_timestamp(datetime.now(UTC))
+
+    def get_state(self, path: str | None = None) -> Any:
+        """The whole durable state, or one dotted path in it."""
+        return read_path(self._state, path)
+
+    def remove_state(self, key: str) -> None:
+        self._state.pop(key, None)
+
+    def save_transient_state(self, data: dict[str, Any]) -> None:
+        """Keep ``data`` for this request only; it is never persisted."""
+        deep_merge(self._state.setdefault(TRANSIENT_KEY, {}), data)
+
+    def get_transient_state(self, path: str | None = None) -> Any:
+        return read_path(self._state.get(TRANSIENT_KEY, {}), path)
+
+    def get_context(self, path: str | None = None) -> Any:
+        return self.flow.get_context(path)
+
+    # -- memory -------------------------------------------------------------------------------
+
+    def get_memory(self) -> list[BaseMessage]:
+        """The live history of this step's namespace (index 0 is the system slot)."""
+        return self.flow.get_memory(self.namespace)
+
+    def get_last_message(self) -> BaseMessage | None:
+        messages = self.get_memory()
+        return messages[-1] if len(messages) > 1 else None
+
+    def erase_memory(self) -> list[BaseMessage]:
+        """Clear this namespace's history (and summary); state is untouched."""
+        space = self.flow.get_memory().namespace(self.namespace)
+        del space.messages[1:]
+        space.summary = None
+        space.summarized_through_id = None
+        return space.messages
+
+    def gen_message_id(self) -> str:
+        from picoflow.messages import gen_message_id
+
+        return gen_message_id(self)
+
+    # -- content type and completion ------------------------------------------------------------
+
+    @property
+    def content_type(self) -> str:
+        return self._content_type
+
+    @content_type.setter
+    def content_type(self, value: str) -> None:
+        self._content_type = value or PLAIN_TEXT
+
+    def session_completed(self) -> None:
+        """Mark the session completed without moving the cursor."""
+        self.flow.mark_completed()
+
+    # -- nested execution -----------------------------------------------------------------------
+
+    async def run_step(self, step_cls: type[Step] | str, user_message: str | None = None) -> Any:
+        """Run a registered child step inside this turn and return its answer; the cursor stays put."""
+        return await self.flow.run_child(step_cls, user_message)
+
+    # -- tools (runtime) ----------------------------------------------------------------------
+
+    def exposed_tool_names(self) -> list[str]:
+        names = list(self.use_tools())
+        for name in exposed_order(type(self)):
+            if name not in names:
+                names.append(name)
+        return names
+
+    def tool_handler(self, name: str) -> Any:
+        """The bound handler for one tool: decorated first, then a same-named method, else None."""
+        method = decorated_tools(type(self)).get(name)
+        if method is not None:
+            return getattr(self, method)
+        candidate = getattr(self, name, None)
+        return candidate if callable(candidate) and not name.startswith("_") else None
+
+    def group_handler(self, names: set[str]) -> Any:
+        method = group_handlers(type(self)).get(frozenset(names))
+        return getattr(self, method) if method else None
+
+    # -- persistence (runtime) ------------------------------------------------------------------
+
+    def read_doc(self, doc: StepDoc) -> None:
+        self._state = copy.deepcopy(doc.state)
+        if doc.model is not None and not self.is_logic() and self._model_override is None:
+            self._model_override = ModelSelection.from_doc(doc.model)
+
+    def write_doc(self) -> StepDoc:
+        state = {k: copy.deepcopy(v) for k, v in self._state.items() if k != TRANSIENT_KEY}
+        model = None
+        if not self.is_logic() and self._model_override is not None:
+            selection = self.model_selection()
+            if selection != self.flow.model_selection():
+                model = selection.to_doc()
+        return StepDoc(name=self.id, state=state, model=model)
+
+
+class LogicStep(Step):
+    """A deterministic step: ``run_logic`` routes without calling a model."""
+
+    def is_logic(self) -> bool:
+        return True
+
+    async def run_logic(self) -> Transition | type[Step] | str:
+        raise NotImplementedError(f"{type(self).__name__} must implement run_logic().")
+
+
+CLOSING_PROMPT = (
+    "The user has ended the conversation. Confirm briefly and politely that the chat is over, "
+    "and do not take up any other topic."
+)
+
+
+class TerminateSessionStep(Step):
+    """The closing stage: entering it completes the session; the model says goodbye."""
+
+    class TerminateArgs(BaseModel):
+        prompt: str
+
+    def is_end(self) -> bool:
+        return True
+
+    async def on_enter(self) -> None:
+        self.flow.mark_completed()
+
+    def on_crossing(self, message: BaseMessage | None, prior_step: str | None = None) -> BaseMessage | None:
+        if prior_step:
+            prior = self.flow.get_step(prior_step)
+            if prior is not None:
+                self.content_type = prior.content_type
+        return HumanMessageEx(self, "I'm done with chat")
+
+    def get_prompt(self) -> str | None:
+        return super().get_prompt() or CLOSING_PROMPT
+
+    def define_tools(self) -> list[ToolSpec]:
+        return [
+            ToolSpec(
+                name="terminate_session",
+                description="End the conversation when the user asks to stop.",
+                schema=self.TerminateArgs,
+            )
+        ]
+
+    async def terminate_session(self, args: dict[str, Any]) -> Transition:
+        # Deliberately undecorated: conversational steps expose and handle the tool themselves.
+        return go(TerminateSessionStep).with_prompt(args.get("prompt") or CLOSING_PROMPT)

@@ -1,0 +1,117 @@
+"""Tool definitions and the ``@tool`` / ``@tools`` handler decorators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from picoflow.errors import PicoFlowError
+
+_TOOL_ATTR = "__picoflow_tool__"
+_GROUP_ATTR = "__picoflow_tools__"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call: its name, a description, and a pydantic model for its arguments."""
+
+    name: str
+    description: str
+    schema: type[BaseModel]
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.strip():
+            raise PicoFlowError("A tool needs a non-empty name.")
+        if not (isinstance(self.schema, type) and issubclass(self.schema, BaseModel)):
+            raise PicoFlowError(f"Tool '{self.name}' needs a pydantic model class as its schema.")
+
+    def as_model_tool(self) -> dict[str, Any]:
+        """The OpenAI-style function description handed to ``bind_tools``."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.schema.model_json_schema(),
+            },
+        }
+
+
+def tool(arg: Callable | str | None = None) -> Any:
+    """Expose and handle a tool: bare ``@tool`` uses the method name, ``@tool("name")`` an explicit one."""
+
+    def mark(func: Callable, name: str) -> Callable:
+        if not callable(func) or isinstance(func, (staticmethod, classmethod)):
+            raise PicoFlowError("@tool can only decorate Step instance methods.")
+        setattr(func, _TOOL_ATTR, name)
+        return func
+
+    if callable(arg):
+        return mark(arg, arg.__name__)
+    if arg is not None and (not isinstance(arg, str) or not arg.strip()):
+        raise PicoFlowError("@tool requires a non-empty tool name.")
+    return lambda func: mark(func, arg.strip() if arg else func.__name__)
+
+
+def tools(names: Iterable[str]) -> Callable[[Callable], Callable]:
+    """Handle one exact set of tool names returned together; the handler receives the list of calls."""
+    if isinstance(names, str) or not names:
+        raise PicoFlowError("@tools requires at least one tool name.")
+    names = list(names)
+    if any(not isinstance(n, str) or not n.strip() for n in names):
+        raise PicoFlowError("@tools requires non-empty tool names.")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise PicoFlowError(f"@tools cannot declare tool '{name}' more than once.")
+        seen.add(name)
+
+    def mark(func: Callable) -> Callable:
+        if not callable(func) or isinstance(func, (staticmethod, classmethod)):
+            raise PicoFlowError("@tools can only decorate Step instance methods.")
+        setattr(func, _GROUP_ATTR, frozenset(names))
+        return func
+
+    return mark
+
+
+def decorated_tools(cls: type) -> dict[str, str]:
+    """Tool name -> method name for every ``@tool`` on ``cls``, the nearest class winning."""
+    found: dict[str, str] = {}
+    for klass in cls.__mro__:
+        claimed: dict[str, str] = {}
+        for attr, value in vars(klass).items():
+            name = getattr(value, _TOOL_ATTR, None)
+            if name is None:
+                continue
+            if name in claimed:
+                raise PicoFlowError(f"Tool '{name}' is already handled by method '{claimed[name]}'.")
+            claimed[name] = attr
+        for name, attr in claimed.items():
+            found.setdefault(name, attr)
+    return found
+
+
+def exposed_order(cls: type) -> list[str]:
+    """Decorated tool names, base classes first, so a subclass adds to what its parent exposed."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for value in vars(klass).values():
+            name = getattr(value, _TOOL_ATTR, None)
+            if name is not None and name not in names:
+                names.append(name)
+    return names
+
+
+def group_handlers(cls: type) -> dict[frozenset[str], str]:
+    """Name set -> method name for every ``@tools`` handler on ``cls``, the nearest class winning."""
+    found: dict[frozenset[str], str] = {}
+    for klass in cls.__mro__:
+        for attr, value in vars(klass).items():
+            names = getattr(value, _GROUP_ATTR, None)
+            if names is not None:
+                found.setdefault(names, attr)
+    return found

@@ -1,0 +1,123 @@
+"""Transitions returned by tool handlers, logic steps and ``on_response``: ``go``, ``stay``, ``direct``."""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import BaseMessage
+
+from picoflow.errors import PicoFlowError
+
+if TYPE_CHECKING:
+    from picoflow.step import Step
+
+TOOL_VALIDATED = "input validated"
+PLAIN_TEXT = "text/plain"
+
+# The step whose tool handler is running; stay() and direct() need it.
+_executing_handler_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar(
+    "picoflow_tool_handler_step", default=None
+)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """Where to go next and what to apply on the destination; every ``with_*`` returns a new object."""
+
+    step: str
+    tool: str | None = None
+    message: BaseMessage | None = None
+    prompt: str | None = None
+    state: dict[str, Any] | None = None
+    content_type: str | None = None
+    finish: bool = False
+
+    def with_tool_feedback(self, feedback: str) -> Transition:
+        return replace(self, tool=feedback)
+
+    def with_state(self, state: dict[str, Any]) -> Transition:
+        return replace(self, state=dict(state))
+
+    def with_prompt(self, prompt: str) -> Transition:
+        return replace(self, prompt=prompt)
+
+    def with_message(self, message: BaseMessage) -> Transition:
+        return replace(self, message=message)
+
+    def with_content_type(self, content_type: str) -> Transition:
+        return replace(self, content_type=content_type)
+
+
+def step_name(target: Any) -> str:
+    """Normalise a step class or name to the registered name."""
+    from picoflow.step import Step
+
+    if isinstance(target, str):
+        name = target.strip()
+        if not name:
+            raise PicoFlowError("go() requires a non-empty Step name.")
+        return name
+    if isinstance(target, type) and issubclass(target, Step) and target.id:
+        return target.id
+    if isinstance(target, Step):
+        return target.id
+    raise PicoFlowError("go() requires a Step class with a non-empty id.")
+
+
+def go(target: Any) -> Transition:
+    """Move the cursor to ``target`` (a Step class or a registered step name)."""
+    return Transition(step=step_name(target))
+
+
+def _handler_step(what: str) -> Step:
+    step = _executing_handler_step.get()
+    if step is None:
+        raise PicoFlowError(f"{what}() can only be returned from inside a running tool handler.")
+    return step
+
+
+def stay(feedback: str | None = None) -> Transition:
+    """Keep the executing step and send ``feedback`` (default ``input validated``) back to the model."""
+    step = _handler_step("stay")
+    return Transition(step=step.id, tool=feedback or TOOL_VALIDATED)
+
+
+def direct(content: Any) -> Transition:
+    """Answer the caller with ``content`` verbatim; no further model call this turn."""
+    from picoflow.messages import DirectMessage
+
+    step = _handler_step("direct")
+    return Transition(step=step.id, message=DirectMessage(step, content))
+
+
+def direct_to(target: Any, content: Any) -> Transition:
+    """Move the cursor to ``target`` and answer with ``content`` verbatim, without a model call."""
+    from picoflow.messages import DirectMessage
+
+    name = step_name(target)
+    return Transition(step=name, message=DirectMessage(name, content))
+
+
+def finish(content: Any) -> Transition:
+    """Complete the session, keep the cursor, and answer with ``content`` verbatim."""
+    from picoflow.messages import DirectMessage
+
+    step = _executing_handler_step.get()
+    owner = step.id if step else "finish"
+    # An empty step name keeps the cursor wherever it is.
+    return Transition(step="", message=DirectMessage(owner, content), finish=True)
+
+
+def as_transition(value: Any) -> Transition | None:
+    """Interpret a handler/logic/on_response result as a transition, or ``None`` if it is not one."""
+    from picoflow.step import Step
+
+    if isinstance(value, Transition):
+        return value
+    if isinstance(value, str) and value.strip():
+        return Transition(step=value.strip())
+    if isinstance(value, type) and issubclass(value, Step):
+        return Transition(step=step_name(value))
+    return None
