@@ -1,0 +1,138 @@
+"""Model providers and the registry that resolves a ``ModelSelection`` to a LangChain chat model."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from typing import Literal
+
+from langchain_core.language_models import BaseChatModel
+
+from picoflow.errors import PicoFlowError
+from picoflow.models.selection import ModelSelection
+
+ProviderFamily = Literal["openai", "gemini", "anthropic", "unsupported"]
+
+_FAMILY_PREFIXES: tuple[tuple[tuple[str, ...], ProviderFamily], ...] = (
+    (("gpt", "o1", "o3", "o4"), "openai"),
+    (("gemini", "gemma"), "gemini"),
+    (("claude",), "anthropic"),
+)
+
+
+def provider_family(model_name: str) -> ProviderFamily:
+    """The API family a model name belongs to, judged by its prefix."""
+    name = model_name.strip().lower()
+    for prefixes, family in _FAMILY_PREFIXES:
+        if name.startswith(prefixes):
+            return family
+    return "unsupported"
+
+
+class ModelProvider(ABC):
+    """Connection setup for one provider: builds chat models for the selections that name it.
+
+    A provider owns credentials and endpoints only; hyperparameters come from the selection.
+    """
+
+    name: str
+
+    @abstractmethod
+    def chat_model(self, selection: ModelSelection) -> BaseChatModel:
+        """A chat model for ``selection``, configured with its ``params``."""
+
+    def validate(self, selection: ModelSelection) -> None:  # noqa: B027 - an optional hook, not abstract
+        """Raise ``PicoFlowError`` when this provider cannot serve ``selection``; accepts everything by default."""
+
+
+class ProviderRegistry:
+    """The providers an engine can use, keyed by name, with one cached chat model per distinct selection.
+
+    When ``override`` is set it serves every selection, whatever provider the selection names; a
+    selection whose provider is also registered is still validated by that provider, so catalog
+    mistakes surface offline too.
+    """
+
+    def __init__(
+        self,
+        providers: Iterable[ModelProvider] = (),
+        *,
+        override: ModelProvider | None = None,
+    ) -> None:
+        self._providers: dict[str, ModelProvider] = {}
+        self._models: dict[tuple[int, str], tuple[ModelProvider, BaseChatModel]] = {}
+        self._lock = threading.Lock()
+        self.override = override
+        for provider in providers:
+            self.register(provider)
+
+    def register(self, provider: ModelProvider, replace: bool = False) -> None:
+        """Add ``provider`` under its name; an existing name is an error unless ``replace`` is true."""
+        name = getattr(provider, "name", "")
+        if not isinstance(name, str) or not name.strip():
+            raise PicoFlowError("A model provider needs a non-empty name.")
+        if name in self._providers and not replace:
+            raise PicoFlowError(f"Model provider '{name}' is already registered.")
+        self._providers[name] = provider
+
+    def get(self, name: str) -> ModelProvider:
+        """The provider registered as ``name``."""
+        provider = self._providers.get(name)
+        if provider is None:
+            raise PicoFlowError(f"Model provider '{name}' is not registered.")
+        return provider
+
+    def names(self) -> list[str]:
+        """Registered provider names, in registration order."""
+        return list(self._providers)
+
+    def validate(self, selection: ModelSelection) -> None:  # noqa: B027 - an optional hook, not abstract
+        """Raise ``PicoFlowError`` when ``selection`` cannot be served (unknown provider, model or parameter)."""
+        registered = self._providers.get(selection.provider)
+        if self.override is None:
+            if registered is None:
+                raise PicoFlowError(
+                    f"Model '{selection.provider}:{selection.name}' cannot be used: "
+                    f"model provider '{selection.provider}' is not registered."
+                )
+            registered.validate(selection)
+            return
+        if registered is not None:
+            registered.validate(selection)
+        self.override.validate(selection)
+
+    def chat_model(self, selection: ModelSelection) -> BaseChatModel:
+        """The chat model serving ``selection``, validated first and built once per distinct selection."""
+        self.validate(selection)
+        provider = self.override or self._providers[selection.provider]
+        key = (id(provider), _selection_key(selection))
+        with self._lock:
+            cached = self._models.get(key)
+            # The provider is kept with the model so a recycled id() never returns another provider's model.
+            if cached is not None and cached[0] is provider:
+                return cached[1]
+            model = provider.chat_model(selection)
+            self._models[key] = (provider, model)
+            return model
+
+
+def default_registry(environ: Mapping[str, str] | None = None) -> ProviderRegistry:
+    """The registry the handler and the CLI use: the built-in ``openai`` provider, and, when
+    ``PICOFLOW_SCRIPT`` names a JSON script, a ``ScriptedProvider`` overriding every selection."""
+    from picoflow.models.openai import OpenAIProvider
+    from picoflow.models.scripted import ScriptedProvider
+
+    env = os.environ if environ is None else environ
+    openai = OpenAIProvider(api_key=env.get("OPENAI_API_KEY"), base_url=env.get("OPENAI_BASE_URL"))
+    registry = ProviderRegistry([openai])
+    script_path = env.get("PICOFLOW_SCRIPT")
+    if script_path:
+        registry.override = ScriptedProvider.from_file(script_path)
+    return registry
+
+
+def _selection_key(selection: ModelSelection) -> str:
+    return json.dumps(selection.model_dump(mode="json"), sort_keys=True, default=str)
