@@ -1,0 +1,284 @@
+"""A deterministic provider that replays scripted model replies, for offline runs and tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.exceptions import OutputParserException
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, ConfigDict, Field
+
+from picoflow.errors import PicoFlowError
+from picoflow.models.registry import ModelProvider
+from picoflow.models.selection import ModelSelection
+
+Reply = AIMessage | Mapping[str, Any]
+
+_REPLY_KEYS = frozenset({"content", "tool_calls", "usage", "response_metadata", "delay", "error"})
+_USAGE_KEYS = frozenset(
+    {"input_tokens", "output_tokens", "total_tokens", "input_token_details", "output_token_details"}
+)
+_FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```$", re.DOTALL)
+
+
+class ScriptedModelError(RuntimeError):
+    """The failure a scripted reply with an ``"error"`` entry raises in place of answering."""
+
+
+class ScriptedProvider(ModelProvider):
+    """Serves each model call with the next reply of a fixed script.
+
+    A reply is an ``AIMessage`` or a dict with ``content`` (a string, or a dict sent as JSON),
+    ``tool_calls`` (``[{"name", "args", "id"?}]``), ``usage`` (``input_tokens``, ``output_tokens`` and
+    optionally ``total_tokens``, ``input_token_details``, ``output_token_details``), ``response_metadata``,
+    ``delay`` (seconds to wait before answering) and ``error`` (a message to raise instead of answering).
+
+    For each call, ``calls`` holds copies of the messages the model received, ``tools`` the names of the
+    tools bound to it and ``selections`` the model selection it was built for. Every chat model built by one
+    provider shares its script; providers with different names keep independent scripts.
+    """
+
+    def __init__(self, script: Iterable[Reply], name: str = "scripted") -> None:
+        self.name = name
+        self._script = [_checked_reply(reply, index) for index, reply in enumerate(script)]
+        self._cursor = 0
+        self._lock = threading.Lock()
+        self.calls: list[list[BaseMessage]] = []
+        self.tools: list[list[str]] = []
+        self.selections: list[ModelSelection] = []
+
+    @classmethod
+    def from_file(cls, path: str | Path, name: str = "scripted") -> ScriptedProvider:
+        """A provider replaying the JSON list of replies stored at ``path``."""
+        try:
+            script = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise PicoFlowError(f"Cannot read the model script '{path}': {exc}") from exc
+        if not isinstance(script, list):
+            raise PicoFlowError(f"The model script '{path}' must be a JSON list of replies.")
+        return cls(script, name=name)
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted replies have not been used yet."""
+        with self._lock:
+            return len(self._script) - self._cursor
+
+    def chat_model(self, selection: ModelSelection) -> ScriptedChatModel:
+        """A chat model answering from this provider's script, whatever provider ``selection`` names."""
+        return ScriptedChatModel(provider=self, selection=selection)
+
+    def _take(self, messages: Sequence[BaseMessage], tool_names: list[str], selection: ModelSelection) -> _Turn:
+        with self._lock:
+            self.calls.append([message.model_copy(deep=True) for message in messages])
+            self.tools.append(tool_names)
+            self.selections.append(selection)
+            call_number = len(self.calls)
+            if self._cursor >= len(self._script):
+                raise PicoFlowError(
+                    f"Scripted provider '{self.name}' has no reply for model call {call_number}: "
+                    f"its script held {len(self._script)} replies."
+                )
+            reply = self._script[self._cursor]
+            self._cursor += 1
+        return _Turn.build(reply, call_number, self.name, selection.name)
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A LangChain chat model whose every call takes the next reply of its ``ScriptedProvider``."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    provider: ScriptedProvider = Field(exclude=True)
+    selection: ModelSelection
+
+    @property
+    def _llm_type(self) -> str:
+        return "picoflow-scripted"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"provider": self.provider.name, "model": self.selection.name}
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        turn = self.provider._take(messages, _tool_names(kwargs.get("tools")), self.selection)
+        if turn.delay:
+            time.sleep(turn.delay)
+        return turn.result()
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        turn = self.provider._take(messages, _tool_names(kwargs.get("tools")), self.selection)
+        if turn.delay:
+            await asyncio.sleep(turn.delay)
+        return turn.result()
+
+    def bind_tools(
+        self,
+        tools: Sequence[Any],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """This model with ``tools`` (any form ``convert_to_openai_tool`` accepts) recorded on every call."""
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools], **kwargs)
+
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type,
+        *,
+        include_raw: bool = False,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, Any]:
+        """Parse the next reply's content as JSON (fences allowed), or else take its first tool call's args.
+
+        A pydantic class gives an instance of it, a dict schema a dict. With ``include_raw`` the result is
+        ``{"raw": AIMessage, "parsed": ..., "parsing_error": ...}``, so usage can still be tallied from
+        ``raw`` and a parse failure is reported instead of raised.
+        """
+
+        def parse(message: AIMessage) -> Any:
+            return _parse_structured(message, schema)
+
+        def parse_with_raw(message: AIMessage) -> dict[str, Any]:
+            try:
+                return {"raw": message, "parsed": parse(message), "parsing_error": None}
+            except OutputParserException as exc:
+                return {"raw": message, "parsed": None, "parsing_error": exc}
+
+        return self | RunnableLambda(parse_with_raw if include_raw else parse)
+
+
+@dataclass(frozen=True)
+class _Turn:
+    message: AIMessage | None
+    error: str | None
+    delay: float
+
+    @classmethod
+    def build(cls, reply: Reply, call_number: int, provider_name: str, model_name: str) -> _Turn:
+        if isinstance(reply, AIMessage):
+            message = reply.model_copy(deep=True)
+            message.tool_calls = _with_ids(message.tool_calls, call_number, provider_name)
+            return cls(message=message, error=None, delay=0.0)
+        delay = float(reply.get("delay") or 0)
+        if reply.get("error") is not None:
+            return cls(message=None, error=str(reply["error"]), delay=delay)
+        content = reply.get("content", "")
+        if isinstance(content, dict):
+            content = json.dumps(content)
+        calls = [
+            {"name": call["name"], "args": dict(call.get("args") or {}), "id": call.get("id")}
+            for call in reply.get("tool_calls") or []
+        ]
+        tool_calls = _with_ids(calls, call_number, provider_name)
+        metadata = {"model_name": model_name, "finish_reason": "tool_calls" if tool_calls else "stop"}
+        metadata.update(reply.get("response_metadata") or {})
+        message = AIMessage(
+            content=content,
+            tool_calls=tool_calls,
+            usage_metadata=_usage(reply.get("usage")),
+            response_metadata=metadata,
+        )
+        return cls(message=message, error=None, delay=delay)
+
+    def result(self) -> ChatResult:
+        if self.message is None:
+            raise ScriptedModelError(self.error)
+        return ChatResult(generations=[ChatGeneration(message=self.message)])
+
+
+def _checked_reply(reply: Any, index: int) -> Reply:
+    where = f"Scripted reply {index + 1}"
+    if isinstance(reply, AIMessage):
+        return reply
+    if not isinstance(reply, Mapping):
+        raise PicoFlowError(f"{where} must be an AIMessage or a dict, not {type(reply).__name__}.")
+    unknown = sorted(set(reply) - _REPLY_KEYS)
+    if unknown:
+        raise PicoFlowError(f"{where} has unknown key(s) {', '.join(unknown)}.")
+    for call in reply.get("tool_calls") or []:
+        if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
+            raise PicoFlowError(f"{where} has a tool call without a name.")
+    usage = reply.get("usage")
+    if usage is not None and (not isinstance(usage, Mapping) or set(usage) - _USAGE_KEYS):
+        raise PicoFlowError(f"{where} usage may only hold {', '.join(sorted(_USAGE_KEYS))}.")
+    delay = reply.get("delay")
+    if delay is not None and (not isinstance(delay, int | float) or delay < 0):
+        raise PicoFlowError(f"{where} delay must be a non-negative number of seconds.")
+    return reply
+
+
+def _with_ids(tool_calls: list[Any], call_number: int, provider_name: str) -> list[Any]:
+    return [
+        {**call, "id": call.get("id") or f"call_{provider_name}_{call_number}_{index + 1}"}
+        for index, call in enumerate(tool_calls)
+    ]
+
+
+def _usage(usage: Mapping[str, Any] | None) -> UsageMetadata | None:
+    if usage is None:
+        return None
+    input_tokens = int(usage.get("input_tokens") or 0)
+    output_tokens = int(usage.get("output_tokens") or 0)
+    result = UsageMetadata(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=int(usage.get("total_tokens") or input_tokens + output_tokens),
+    )
+    for key in ("input_token_details", "output_token_details"):
+        if usage.get(key):
+            result[key] = dict(usage[key])
+    return result
+
+
+def _tool_names(tools: Any) -> list[str]:
+    names = []
+    for tool in tools or []:
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        names.append(function.get("name") if isinstance(function, Mapping) else str(tool))
+    return names
+
+
+def _parse_structured(message: AIMessage, schema: dict[str, Any] | type) -> Any:
+    text = str(message.text).strip()
+    fenced = _FENCE.match(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    if not text and not message.tool_calls:
+        raise OutputParserException("The scripted reply carries neither JSON content nor a tool call.")
+    try:
+        data = json.loads(text) if text else message.tool_calls[0]["args"]
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            return schema.model_validate(data)
+    except ValueError as exc:
+        raise OutputParserException(f"The scripted reply does not match the output schema: {exc}") from exc
+    if not isinstance(data, dict):
+        raise OutputParserException("The scripted reply's structured output is not a JSON object.")
+    return data
