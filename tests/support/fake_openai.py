@@ -1,0 +1,115 @@
+"""A local OpenAI-compatible chat completions server for tests: scripted responses, recorded requests."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+
+
+def usage_block(
+    prompt_tokens: int, completion_tokens: int, *, cached_tokens: int = 0, reasoning_tokens: int = 0
+) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens, "audio_tokens": 0},
+    }
+
+
+def chat_completion(
+    *,
+    content: str | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    usage: dict[str, Any] | None = None,
+    model: str = "gpt-4o",
+) -> dict[str, Any]:
+    """A chat.completion body; each tool call is ``{"id", "name", "args"}``."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(call["args"])},
+            }
+            for call in tool_calls
+        ]
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        "usage": usage or usage_block(0, 0),
+    }
+
+
+class FakeOpenAIServer:
+    """Serves POST /v1/chat/completions from ``responses`` in order, on a free loopback port.
+
+    Each response is a body to return with status 200, or ``(status, body)``. ``requests`` holds the
+    parsed JSON bodies received and ``headers`` their headers. Use as a context manager.
+    """
+
+    def __init__(self, responses: list[dict[str, Any] | tuple[int, dict[str, Any]]]) -> None:
+        self._responses = list(responses)
+        self._lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        # A short poll interval keeps shutdown() quick at the end of each test.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> FakeOpenAIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+            if not self._responses:
+                return 500, {"error": {"message": "the fake server has no response left", "type": "server_error"}}
+            response = self._responses.pop(0)
+        return response if isinstance(response, tuple) else (200, response)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                if self.path != CHAT_COMPLETIONS_PATH:
+                    self._reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                self._reply(*server._next(body, {k.lower(): v for k, v in self.headers.items()}))
+
+            def _reply(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Silent: request lines would only clutter test output."""
+
+        return Handler

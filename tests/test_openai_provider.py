@@ -1,0 +1,103 @@
+"""The real ChatOpenAI, built by OpenAIProvider, against a local OpenAI-compatible server (no internet)."""
+
+import pytest
+from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+
+from picoflow.models.openai import OpenAIProvider
+from picoflow.models.registry import ProviderRegistry
+from picoflow.models.selection import ModelSelection
+from picoflow.tokens import usage_from_message
+from tests.support.fake_openai import FakeOpenAIServer, chat_completion, usage_block
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+SELECTION = ModelSelection(provider="openai", name="gpt-4o", params={"temperature": 0.2})
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A proxy configured in the environment would otherwise intercept the loopback calls.
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+def _tool_call_response() -> dict:
+    return chat_completion(
+        tool_calls=[{"id": "call_abc", "name": "get_weather", "args": {"city": "Oslo"}}],
+        usage=usage_block(120, 30, cached_tokens=64, reasoning_tokens=12),
+    )
+
+
+def _text_response() -> dict:
+    return chat_completion(
+        content="It is sunny in Oslo.",
+        usage=usage_block(160, 20, cached_tokens=128, reasoning_tokens=5),
+    )
+
+
+async def test_bound_tools_round_trip_through_a_real_chat_openai() -> None:
+    with FakeOpenAIServer([_tool_call_response(), _text_response()]) as server:
+        registry = ProviderRegistry([OpenAIProvider(api_key="test-key", base_url=server.url + "/v1")])
+        model = registry.chat_model(SELECTION).bind_tools([WEATHER_TOOL])
+        history = [SystemMessage(content="You report the weather."), HumanMessage(content="Weather in Oslo?")]
+
+        call = await model.ainvoke(history)
+        history += [call, ToolMessage(content='{"sky": "clear"}', tool_call_id="call_abc")]
+        answer = await model.ainvoke(history)
+
+    assert call.tool_calls == [{"name": "get_weather", "args": {"city": "Oslo"}, "id": "call_abc", "type": "tool_call"}]
+    assert answer.content == "It is sunny in Oslo."
+
+    first, second = server.requests
+    assert first["model"] == "gpt-4o"
+    assert first["temperature"] == 0.2
+    assert [tool["function"]["name"] for tool in first["tools"]] == ["get_weather"]
+    assert first["tools"][0]["function"]["parameters"]["required"] == ["city"]
+    assert first["messages"] == [
+        {"role": "system", "content": "You report the weather."},
+        {"role": "user", "content": "Weather in Oslo?"},
+    ]
+    assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "tool"]
+    assert second["messages"][2]["tool_calls"][0]["id"] == "call_abc"
+    assert second["messages"][3]["tool_call_id"] == "call_abc"
+    assert server.headers[0]["authorization"] == "Bearer test-key"
+
+    usage = usage_from_message(call)
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (120, 30, 150)
+    assert (usage.cached_input_tokens, usage.reasoning_tokens, usage.visible_output_tokens) == (64, 12, 18)
+    final = usage_from_message(answer)
+    assert (final.input_tokens, final.output_tokens, final.total_tokens) == (160, 20, 180)
+    assert (final.cached_input_tokens, final.reasoning_tokens, final.visible_output_tokens) == (128, 5, 15)
+
+
+def test_a_sync_call_works_and_takes_the_endpoint_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeOpenAIServer([_text_response()]) as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "env-key")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+
+        answer = OpenAIProvider().chat_model(SELECTION).invoke("Weather in Oslo?")
+
+    assert answer.content == "It is sunny in Oslo."
+    assert server.requests[0]["messages"] == [{"role": "user", "content": "Weather in Oslo?"}]
+    assert server.headers[0]["authorization"] == "Bearer env-key"
+
+
+async def test_a_server_error_fails_at_once_without_client_retries() -> None:
+    failure = (500, {"error": {"message": "upstream exploded", "type": "server_error"}})
+    with FakeOpenAIServer([failure, _text_response()]) as server:
+        model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
+
+        with pytest.raises(Exception, match="upstream exploded"):
+            await model.ainvoke("Weather in Oslo?")
+
+    assert len(server.requests) == 1
