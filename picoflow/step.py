@@ -270,6 +270,10 @@ class LogicStep(Step):
     def is_logic(self) -> bool:
         return True
 
+    def on_crossing(self, message: BaseMessage | None, prior_step: str | None = None) -> BaseMessage | None:
+        # No model reads a logic step's history, so there is nothing to open with.
+        return message
+
     async def run_logic(self) -> Transition | type[Step] | str:
         raise NotImplementedError(f"{type(self).__name__} must implement run_logic().")
 

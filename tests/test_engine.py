@@ -1,0 +1,310 @@
+"""FlowEngine: registration, session restore rules, conflicts, locking, deletion and models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from pydantic import BaseModel
+
+from picoflow import (
+    Flow,
+    FlowEngine,
+    MemorySessionStore,
+    ModelSelection,
+    PicoFlowError,
+    SessionDoc,
+    SessionLogger,
+    Step,
+    ToolSpec,
+    go,
+    tool,
+)
+from picoflow.messages import from_message_doc, to_message_doc
+from picoflow.models.registry import ProviderRegistry
+from picoflow.models.scripted import ScriptedProvider
+from picoflow.session.document import SESSION_DOC_VERSION
+from tests.support.engine import call, scripted_engine, text
+
+
+class NoteArgs(BaseModel):
+    note: str
+
+
+class WelcomeStep(Step):
+    def define_tools(self) -> list[ToolSpec]:
+        return [ToolSpec(name="remember", description="Remember a note", schema=NoteArgs)]
+
+    @tool
+    async def remember(self, args: dict) -> object:
+        self.save_state({"note": args["note"]})
+        self.save_transient_state({"scratch": args["note"].upper()})
+        return go(WelcomeStep).with_tool_feedback("noted")
+
+    def get_prompt(self) -> str:
+        scratch = self.get_transient_state("scratch")
+        return f"tenant={self.get_context('config.tenant')} scratch={scratch}"
+
+
+class VipStep(Step):
+    pass
+
+
+class ContextFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return ModelSelection(provider="scripted", name="m", params={"temperature": 0.1, "api_key": "sk-secret"})
+
+    def define_steps(self) -> list[Step]:
+        return [WelcomeStep(self), VipStep(self).use_model({"provider": "scripted", "name": "other"})]
+
+    def initial_step(self) -> type[Step] | None:
+        return VipStep if self.get_context("config.vip") else None
+
+
+class OtherFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return ModelSelection(provider="scripted", name="m")
+
+    def define_steps(self) -> list[Step]:
+        return [WelcomeStep(self)]
+
+
+def test_registration_by_list_and_mapping_with_validation():
+    engine = FlowEngine(flows=[ContextFlow], session_store=MemorySessionStore())
+    assert engine.get_flow_names() == ["ContextFlow"]
+    engine.register_flows({"OtherFlow": OtherFlow})
+    assert engine.get_flow("OtherFlow") is OtherFlow
+    with pytest.raises(PicoFlowError, match="Flow 'OtherFlow' is already registered."):
+        engine.register_flow(OtherFlow)
+    with pytest.raises(PicoFlowError, match="must match Flow ID"):
+        FlowEngine(flows={"Stable": OtherFlow}, session_store=MemorySessionStore())
+    fresh = FlowEngine(session_store=MemorySessionStore())
+    with pytest.raises(PicoFlowError):
+        fresh.register_flows([OtherFlow, OtherFlow])
+    assert fresh.get_flow_names() == []  # the batch is all-or-nothing
+
+
+async def test_unknown_flow_and_bad_input_are_failures_not_exceptions():
+    engine, _ = scripted_engine([OtherFlow], [])
+    missing = await engine.run("NoSuchFlow", "hi")
+    assert (missing.success, missing.completed, missing.session) == (False, False, "")
+    assert missing.error_code == "FLOW_NOT_FOUND" and "NoSuchFlow" in missing.message
+    bad_config = await engine.run("OtherFlow", "hi", config=["not", "a", "dict"])
+    assert bad_config.status_code == 400
+    bad_id = await engine.run("OtherFlow", "hi", session_id="../etc/passwd")
+    assert bad_id.status_code == 400 and bad_id.error_code == "BAD_REQUEST"
+
+
+async def test_context_is_fixed_at_creation_and_transient_state_is_gone_next_turn():
+    engine, model = scripted_engine(
+        [ContextFlow], [call(("remember", {"note": "blue"})), text("noted it"), text("second turn")]
+    )
+    first = await engine.run("ContextFlow", "remember blue", config={"tenant": "acme"})
+    assert first.message == "noted it"
+    assert model.calls[1][0].content == "tenant=acme scratch=BLUE"  # transient visible within the turn
+    second = await engine.run("ContextFlow", "hi", first.session, config={"tenant": "evil"})
+    assert second.message == "second turn"
+    assert model.calls[2][0].content == "tenant=acme scratch=None"  # context kept, transient gone
+    doc = await engine.session_store.load(first.session)
+    state = {s.name: s.state for s in doc.flow.steps}["WelcomeStep"]
+    assert state["note"] == "blue" and "_transient" not in state
+    assert doc.flow.context == {"config": {"tenant": "acme"}}
+
+
+async def test_initial_step_from_context_and_model_overrides_are_persisted_without_secrets():
+    engine, model = scripted_engine([ContextFlow], [text("hello vip")])
+    response = await engine.run("ContextFlow", "hi", config={"vip": True})
+    doc = await engine.session_store.load(response.session)
+    assert doc.flow.current_step == "VipStep"
+    assert model.selections[0].name == "other"
+    dumped = doc.to_json_dict()
+    assert dumped["flow"]["model"] == {
+        "provider": "scripted", "name": "m", "params": {"temperature": 0.1}, "retryAttempts": 3,
+    }
+    steps = {s["name"]: s for s in dumped["flow"]["steps"]}
+    assert steps["VipStep"]["model"]["name"] == "other"
+    assert "model" not in steps["WelcomeStep"]
+    assert "sk-secret" not in json.dumps(dumped)
+
+
+async def test_invalid_initial_step_and_unknown_provider_fail_clearly():
+    class BadInitial(Flow):
+        def config_model(self) -> ModelSelection:
+            return ModelSelection(provider="scripted", name="m")
+
+        def define_steps(self) -> list[Step]:
+            return [WelcomeStep(self)]
+
+        def initial_step(self) -> type[Step] | None:
+            return VipStep
+
+    engine, _ = scripted_engine([BadInitial], [])
+    response = await engine.run("BadInitial", "hi")
+    assert not response.success
+    assert response.message == "Initial step 'VipStep' is not defined in flow 'BadInitial'."
+
+    plain = FlowEngine(flows=[OtherFlow], session_store=MemorySessionStore(), providers=[])
+    response = await plain.run("OtherFlow", "hi")
+    assert not response.success and "not registered" in response.message
+
+
+async def test_flow_mismatch_leaves_the_stored_document_byte_for_byte_unchanged():
+    engine, _ = scripted_engine([ContextFlow, OtherFlow], [text("hi")])
+    first = await engine.run("ContextFlow", "hi")
+    before = (await engine.session_store.load(first.session)).model_dump_json()
+    mismatch = await engine.run("OtherFlow", "hi", first.session)
+    assert (mismatch.success, mismatch.status_code, mismatch.error_code) == (False, 409, "SESSION_FLOW_MISMATCH")
+    assert mismatch.message == (
+        f"Session '{first.session}' belongs to flow 'ContextFlow', not 'OtherFlow'. "
+        "Start a new session for that flow."
+    )
+    assert mismatch.session == first.session
+    assert (await engine.session_store.load(first.session)).model_dump_json() == before
+
+
+async def test_concurrent_writer_loses_with_a_conflict_and_writes_nothing():
+    store = MemorySessionStore()
+    engine_a, _ = scripted_engine([OtherFlow], [text("one"), {"content": "slow", "delay": 0.2}], store=store)
+    engine_b, _ = scripted_engine([OtherFlow], [text("fast")], store=store)
+    first = await engine_a.run("OtherFlow", "hi")
+    slow, fast = await asyncio.gather(
+        engine_a.run("OtherFlow", "slow", first.session), engine_b.run("OtherFlow", "fast", first.session)
+    )
+    assert fast.success
+    assert (slow.success, slow.status_code, slow.error_code) == (False, 409, "SESSION_CONFLICT")
+    assert slow.message == f"Session '{first.session}' was changed or removed by another request."
+    doc = await store.load(first.session)
+    assert doc.revision == 2 and doc.run_status == "running"
+    contents = [m.content for m in doc.flow.memory["WelcomeStep"].messages]
+    assert "fast" in contents and "slow" not in contents
+
+
+async def test_turns_on_one_session_in_one_engine_run_one_after_another():
+    engine, _ = scripted_engine(
+        [OtherFlow], [text("one"), {"content": "two", "delay": 0.1}, text("three")]
+    )
+    first = await engine.run("OtherFlow", "hi")
+    second, third = await asyncio.gather(
+        engine.run("OtherFlow", "a", first.session), engine.run("OtherFlow", "b", first.session)
+    )
+    assert second.success and third.success  # the lock serialised them, so neither conflicted
+    assert (await engine.session_store.load(first.session)).revision == 3
+
+
+class MigratingFlow(OtherFlow):
+    async def on_restore_session_doc(self, doc: SessionDoc) -> SessionDoc | None:
+        doc = await super().on_restore_session_doc(doc)
+        if doc is not None and "migrated" not in doc.flow.context:
+            doc.flow.context["migrated"] = True
+        return doc
+
+
+async def test_restore_hook_changes_are_written_and_an_unchanged_restore_costs_no_write():
+    store = MemorySessionStore()
+    writes = []
+    original_save = store.save
+
+    async def counting_save(doc, expected):
+        writes.append(expected)
+        return await original_save(doc, expected)
+
+    store.save = counting_save
+    engine, _ = scripted_engine([MigratingFlow], [text("a"), text("b"), text("c")], store=store)
+    first = await engine.run("MigratingFlow", "hi")
+    assert writes == [0]
+    await engine.run("MigratingFlow", "again", first.session)
+    assert writes == [0, 1, 2]  # the migration was written before the turn's own save
+    await engine.run("MigratingFlow", "third", first.session)
+    assert writes == [0, 1, 2, 3]  # nothing changed, so only the turn's save
+    doc = await store.load(first.session)
+    assert doc.flow.context["migrated"] is True and doc.revision == 4
+
+
+async def test_an_old_document_version_starts_a_new_session_and_keeps_the_old_one():
+    store = MemorySessionStore()
+    engine, _ = scripted_engine([OtherFlow], [text("a"), text("b")], store=store)
+    first = await engine.run("OtherFlow", "hi")
+    doc = await store.load(first.session)
+    doc.version = 1.0
+    await store.save(doc, doc.revision)
+    second = await engine.run("OtherFlow", "hi", first.session)
+    assert second.success and second.session != first.session
+    assert (await store.load(first.session)).version == 1.0
+    assert SESSION_DOC_VERSION == 1.5
+
+
+async def test_delete_session_removes_the_document_and_tolerates_missing_ones():
+    engine, _ = scripted_engine([OtherFlow], [text("a")])
+    first = await engine.run("OtherFlow", "hi")
+    assert await engine.delete_session(first.session) == {"success": True, "session": first.session}
+    assert await engine.session_store.load(first.session) is None
+    assert (await engine.delete_session("0" * 32))["success"] is True
+    assert (await engine.delete_session(""))["success"] is True
+    assert (await engine.delete_session("bad id!"))["success"] is False
+
+
+async def test_the_turn_deadline_stops_before_a_model_call():
+    engine, model = scripted_engine([OtherFlow], [text("never")])
+    response = await engine.run("OtherFlow", "hi", deadline=time.monotonic() + 0.2)
+    assert (response.success, response.error_code, response.status_code) == (False, "TURN_DEADLINE", 504)
+    assert model.calls == []
+
+
+async def test_token_usage_accumulates_across_calls_and_turns():
+    engine, _ = scripted_engine(
+        [ContextFlow],
+        [
+            call(("remember", {"note": "x"}), input_tokens=100, output_tokens=7),
+            {"content": "ok", "usage": {"input_tokens": 50, "output_tokens": 20,
+                                        "input_token_details": {"cache_read": 30},
+                                        "output_token_details": {"reasoning": 5}}},
+        ],
+    )
+    response = await engine.run("ContextFlow", "x")
+    tokens = (await engine.session_store.load(response.session)).to_json_dict()["tokens"]
+    assert tokens == {
+        "inputTokens": 150, "outputTokens": 27, "totalTokens": 177, "reasoningTokens": 5,
+        "visibleOutputTokens": 22, "cachedInputTokens": 30, "cacheCreationInputTokens": 0,
+    }
+
+
+def test_run_sync_and_the_session_logger():
+    engine, _ = scripted_engine([OtherFlow], [text("sync")])
+    response = engine.run_sync("OtherFlow", "hi")
+    assert response.success and response.message == "sync"
+    doc = SessionDoc.model_validate({"id": "s", "flow": {"name": "F"}})
+    SessionLogger(doc).log("Finished batch", operation="batch", count=3)
+    entry = doc.to_json_dict()["log"][0]
+    assert entry["message"] == "Finished batch" and entry["operation"] == "batch" and entry["count"] == 3
+    assert entry["level"] == "log" and entry["timestamp"].endswith("Z")
+
+
+def test_every_message_type_round_trips_through_its_persisted_form():
+    messages = [
+        SystemMessage(content="system prompt"),
+        HumanMessage(content="hi", id="Step|2026-01-01T00:00:00.000Z|0000000001"),
+        AIMessage(content="", id="Step|t|2", tool_calls=[{"name": "t", "args": {"a": [1, {"b": None}]}, "id": "c1"}]),
+        ToolMessage(content="done", tool_call_id="c1", name="t", status="error", id="Step|t|3"),
+        AIMessage(content="direct", id="Step|t|4", additional_kwargs={"direct": True}),
+    ]
+    for message in messages:
+        restored = from_message_doc(to_message_doc(message))
+        assert type(restored) is type(message)
+        assert restored.content == message.content and restored.id == message.id
+        assert getattr(restored, "tool_calls", None) == getattr(message, "tool_calls", None)
+        assert getattr(restored, "tool_call_id", None) == getattr(message, "tool_call_id", None)
+        assert getattr(restored, "status", None) == getattr(message, "status", None)
+        assert restored.additional_kwargs == message.additional_kwargs
+
+
+def test_engine_selects_its_store_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SESSION_STORE", "sqlite")
+    monkeypatch.setenv("SQLITE_PATH", "/tmp/picoflow-test-env/sessions.sqlite")
+    engine = FlowEngine(flows=[OtherFlow], providers=ProviderRegistry(override=ScriptedProvider([])))
+    assert type(engine.session_store).__name__ == "SQLiteSessionStore"
+    monkeypatch.setenv("SESSION_STORE", "mongo")
+    with pytest.raises(PicoFlowError, match="No valid session store 'MONGO'"):
+        FlowEngine(flows=[OtherFlow])
