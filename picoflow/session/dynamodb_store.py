@@ -1,0 +1,239 @@
+"""The production session store: one DynamoDB item per session, the document compressed into one binary attribute.
+
+Item layout (partition key ``id``)::
+
+    id S | revision N | flowName S | runStatus S | saveOn S | expiresAt N (only with a TTL) | doc B
+
+``doc`` is the zlib-compressed compact JSON of the whole document. Keeping the document binary
+avoids DynamoDB's number and empty-value rules altogether and cuts the write units per turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import zlib
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from picoflow.errors import (
+    SessionConflictError,
+    SessionFlowInvariantError,
+    SessionStoreError,
+    SessionTooLargeError,
+)
+from picoflow.session.document import FlowDoc, SessionDoc, format_timestamp
+from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
+
+#: DynamoDB's item size limit; it counts attribute names as well as values.
+MAX_ITEM_BYTES = 400 * 1024
+
+COMPRESSION_LEVEL = 6
+
+CLIENT_CONFIG = Config(
+    connect_timeout=2,
+    read_timeout=5,
+    retries={"mode": "standard", "max_attempts": 3},
+)
+
+_UNAVAILABLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+    }
+)
+
+
+class DynamoDBSessionStore(SessionStore):
+    """Session documents in a DynamoDB table keyed by ``id`` (S), with compare-and-swap on ``revision``.
+
+    Pass ``client`` to reuse a configured low-level client; otherwise one is created on first use
+    from ``endpoint_url`` and ``region_name`` (and the usual AWS environment). With ``ttl_seconds``
+    every write stamps ``expiresAt`` so DynamoDB TTL can remove abandoned sessions.
+    """
+
+    max_document_bytes: int | None = MAX_ITEM_BYTES
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        ttl_seconds: int | None = None,
+    ) -> None:
+        self.table_name = table_name
+        self.endpoint_url = endpoint_url
+        self.region_name = region_name
+        self.ttl_seconds = ttl_seconds
+        self._client = client
+        self._owns_client = client is None
+        self._client_lock = threading.Lock()
+
+    async def load(self, session_id: str) -> SessionDoc | None:
+        response = await self._call(
+            "load",
+            session_id,
+            "get_item",
+            TableName=self.table_name,
+            Key={"id": {"S": session_id}},
+            ConsistentRead=True,
+            ProjectionExpression="#rev, #doc",
+            ExpressionAttributeNames={"#rev": "revision", "#doc": "doc"},
+        )
+        item = response.get("Item")
+        if item is None:
+            return None
+        try:
+            raw = zlib.decompress(item["doc"]["B"])
+            revision = int(item["revision"]["N"])
+        except (KeyError, ValueError, zlib.error) as exc:
+            raise SessionFlowInvariantError(f"Session '{session_id}' has an unreadable stored item: {exc}") from exc
+        doc = decode_document(raw)
+        doc.revision = revision
+        return doc
+
+    async def create(self, flow: FlowDoc | dict[str, Any]) -> SessionDoc:
+        doc = new_document(flow)
+        doc.check_invariant()
+        item = self._checked_item(doc)
+        await self._call(
+            "create",
+            doc.id,
+            "put_item",
+            TableName=self.table_name,
+            Item=item,
+            ConditionExpression="attribute_not_exists(id)",
+        )
+        return doc
+
+    async def save(self, doc: SessionDoc, expected_revision: int) -> SessionDoc:
+        written = prepare_write(doc, expected_revision)
+        item = self._checked_item(written)
+        await self._call(
+            "save",
+            written.id,
+            "put_item",
+            TableName=self.table_name,
+            Item=item,
+            ConditionExpression="#rev = :expected AND #flow = :flow",
+            ExpressionAttributeNames={"#rev": "revision", "#flow": "flowName"},
+            ExpressionAttributeValues={":expected": {"N": str(expected_revision)}, ":flow": {"S": written.flow.name}},
+        )
+        return written
+
+    async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
+        request: dict[str, Any] = {"TableName": self.table_name, "Key": {"id": {"S": session_id}}}
+        if expected_revision is not None:
+            request["ConditionExpression"] = "#rev = :expected"
+            request["ExpressionAttributeNames"] = {"#rev": "revision"}
+            request["ExpressionAttributeValues"] = {":expected": {"N": str(expected_revision)}}
+        await self._call("delete", session_id, "delete_item", **request)
+
+    async def close(self) -> None:
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None and self._owns_client:
+            await asyncio.to_thread(client.close)
+
+    def stored_size(self, doc: SessionDoc) -> int:
+        """Bytes of the DynamoDB item for ``doc``: attribute names plus values, with the document compressed."""
+        return item_size(self._item(doc))
+
+    def _item(self, doc: SessionDoc) -> dict[str, dict[str, Any]]:
+        item: dict[str, dict[str, Any]] = {
+            "id": {"S": doc.id},
+            "revision": {"N": str(doc.revision)},
+            "flowName": {"S": doc.flow.name},
+            "runStatus": {"S": doc.run_status},
+            "saveOn": {"S": format_timestamp(doc.save_on)},
+            "doc": {"B": zlib.compress(encode_document(doc), COMPRESSION_LEVEL)},
+        }
+        if self.ttl_seconds is not None:
+            item["expiresAt"] = {"N": str(int(time.time()) + self.ttl_seconds)}
+        return item
+
+    def _checked_item(self, doc: SessionDoc) -> dict[str, dict[str, Any]]:
+        item = self._item(doc)
+        size = item_size(item)
+        if size > MAX_ITEM_BYTES:
+            raise SessionTooLargeError(doc.id, size, MAX_ITEM_BYTES)
+        return item
+
+    def _get_client(self) -> Any:
+        with self._client_lock:
+            if self._client is None:
+                # A private session: boto3's default session is not safe to share between threads.
+                session = boto3.session.Session()
+                self._client = session.client(
+                    "dynamodb", endpoint_url=self.endpoint_url, region_name=self.region_name, config=CLIENT_CONFIG
+                )
+            return self._client
+
+    async def _call(self, operation: str, session_id: str, method: str, **request: Any) -> dict[str, Any]:
+        def call() -> dict[str, Any]:
+            return getattr(self._get_client(), method)(**request)
+
+        try:
+            return await asyncio.to_thread(call)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = error.get("Code", "")
+            if code == "ConditionalCheckFailedException":
+                raise SessionConflictError(session_id) from None
+            if code == "ValidationException" and "item size" in str(error.get("Message", "")).lower():
+                size = item_size(request["Item"]) if "Item" in request else MAX_ITEM_BYTES + 1
+                raise SessionTooLargeError(session_id, size, MAX_ITEM_BYTES) from exc
+            http_status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            unavailable = code in _UNAVAILABLE_CODES or http_status == 503
+            raise SessionStoreError(
+                operation, session_id, f"{code or 'ClientError'}: {error.get('Message', '')}".strip(),
+                status_code=503 if unavailable else 500,
+            ) from exc
+        except (BotoConnectionError, HTTPClientError) as exc:
+            raise SessionStoreError(operation, session_id, f"{type(exc).__name__}: {exc}", status_code=503) from exc
+        except BotoCoreError as exc:
+            raise SessionStoreError(operation, session_id, f"{type(exc).__name__}: {exc}") from exc
+
+
+def item_size(item: dict[str, dict[str, Any]]) -> int:
+    """DynamoDB's size of an item of scalar attributes: UTF-8 names plus values (numbers by significant digits)."""
+    total = 0
+    for name, value in item.items():
+        total += len(name.encode("utf-8"))
+        if "S" in value:
+            total += len(value["S"].encode("utf-8"))
+        elif "B" in value:
+            total += len(value["B"])
+        elif "N" in value:
+            digits = value["N"].lstrip("-").replace(".", "").strip("0") or "0"
+            total += (len(digits) + 1) // 2 + 1
+        else:
+            raise ValueError(f"item_size handles scalar S, N and B attributes only, not {sorted(value)}")
+    return total
+
+
+def create_table(client: Any, table_name: str) -> None:
+    """Create an on-demand sessions table keyed by ``id`` (S), wait for it, and turn TTL on for ``expiresAt``."""
+    client.create_table(
+        TableName=table_name,
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+    # Some emulators do not implement TTL; the table works without it.
+    with contextlib.suppress(ClientError):
+        client.update_time_to_live(
+            TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"}
+        )

