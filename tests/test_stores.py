@@ -275,6 +275,15 @@ async def test_dynamodb_without_ttl_writes_no_expiry(dynamo: DynamoTable) -> Non
     await store.close()
 
 
+async def test_dynamodb_honours_a_lower_limit(moto_dynamodb: DynamoTable) -> None:
+    def small_store() -> DynamoDBSessionStore:
+        store = moto_dynamodb.store()
+        store.max_document_bytes = 8 * 1024
+        return store
+
+    assert await run_check("size_limit", small_store) == "size_limit"
+
+
 async def test_dynamodb_malformed_item_is_an_invariant_error(dynamo: DynamoTable) -> None:
     store = dynamo.store()
     for doc_bytes in (b"not zlib at all", zlib.compress(b'{"id": "x", "flows": []}')):

@@ -59,6 +59,9 @@ class DynamoDBSessionStore(SessionStore):
     Pass ``client`` to reuse a configured low-level client; otherwise one is created on first use
     from ``endpoint_url`` and ``region_name`` (and the usual AWS environment). With ``ttl_seconds``
     every write stamps ``expiresAt`` so DynamoDB TTL can remove abandoned sessions.
+
+    ``max_document_bytes`` (the item size, names included) defaults to DynamoDB's 400 KB item limit;
+    set it lower to keep headroom, never higher.
     """
 
     max_document_bytes: int | None = MAX_ITEM_BYTES
@@ -166,9 +169,13 @@ class DynamoDBSessionStore(SessionStore):
     def _checked_item(self, doc: SessionDoc) -> dict[str, dict[str, Any]]:
         item = self._item(doc)
         size = item_size(item)
-        if size > MAX_ITEM_BYTES:
-            raise SessionTooLargeError(doc.id, size, MAX_ITEM_BYTES)
+        limit = self._limit()
+        if size > limit:
+            raise SessionTooLargeError(doc.id, size, limit)
         return item
+
+    def _limit(self) -> int:
+        return min(self.max_document_bytes or MAX_ITEM_BYTES, MAX_ITEM_BYTES)
 
     def _get_client(self) -> Any:
         with self._client_lock:
@@ -192,8 +199,9 @@ class DynamoDBSessionStore(SessionStore):
             if code == "ConditionalCheckFailedException":
                 raise SessionConflictError(session_id) from None
             if code == "ValidationException" and "item size" in str(error.get("Message", "")).lower():
-                size = item_size(request["Item"]) if "Item" in request else MAX_ITEM_BYTES + 1
-                raise SessionTooLargeError(session_id, size, MAX_ITEM_BYTES) from exc
+                limit = self._limit()
+                size = item_size(request["Item"]) if "Item" in request else limit + 1
+                raise SessionTooLargeError(session_id, size, limit) from exc
             http_status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             unavailable = code in _UNAVAILABLE_CODES or http_status == 503
             raise SessionStoreError(
