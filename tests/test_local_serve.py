@@ -2,6 +2,8 @@ import base64
 import http.client
 import io
 import json
+import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,10 +12,12 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
+import handlers.api
+from picoflow import Flow, ModelSelection, Step
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.local.chat import chat
 from picoflow.local.cli import main
-from picoflow.local.serve import make_server
+from picoflow.local.serve import LambdaHTTPServer, make_server
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
 
@@ -164,6 +168,7 @@ def test_status_headers_and_body_are_written_back(start_server):
     status, headers, body = request(url, "POST", "/ai/run", b"{}")
     assert status == 409
     assert headers["chat_session_id"] == "s-1"
+    assert "CHAT_SESSION_ID" in headers.keys()
     assert headers["content-type"] == "application/json"
     assert json.loads(body) == {"success": False, "code": "SESSION_CONFLICT"}
 
@@ -415,3 +420,72 @@ def test_cli_rejects_a_non_object_config():
     with pytest.raises(SystemExit) as exit_info:
         main(["chat", "F", "--config", "[1]"])
     assert exit_info.value.code == 2
+
+
+# --- end to end: the real Lambda handler behind the local server ---------------------------------
+
+
+class GreetStep(Step):
+    def get_prompt(self) -> str:
+        return "Greet the user."
+
+
+class GreeterFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return ModelSelection(provider="openai", name="gpt-4o")
+
+    def define_steps(self) -> list[Step]:
+        return [GreetStep(self)]
+
+
+@pytest.fixture
+def real_handler_env(tmp_path, monkeypatch) -> Iterator[None]:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "Hello there"}, {"content": "Still here"}]))
+    monkeypatch.setenv("SESSION_STORE", "MEMORY")
+    monkeypatch.setenv("PICOFLOW_FLOWS", __name__)
+    monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
+    monkeypatch.setattr(handlers.api, "_runtime", None)
+    yield
+    runtime = handlers.api._runtime
+    if runtime is not None:
+        runtime.loop.call_soon_threadsafe(runtime.loop.stop)
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_chat_through_the_real_handler(real_handler_env, start_server, capsys):
+    url = start_server(handlers.api.lambda_handler)
+    status, _, body = request(url, "GET", "/ai/flows")
+    assert (status, json.loads(body)) == (200, ["GreeterFlow"])
+
+    out = io.StringIO()
+    script = "hi\nand again\n/end\n"
+    assert chat("GreeterFlow", url, {"tenantId": "demo"}, stdin=io.StringIO(script), stdout=out) == 0
+    lines = out.getvalue().splitlines()
+    assert "GreeterFlow> Hello there" in lines
+    assert "GreeterFlow> Still here" in lines
+    (session,) = [m.group(1) for line in lines if (m := re.fullmatch(r"\[session (\w+)\]", line))]
+    assert f"[session {session} ended]" in lines
+
+
+def test_default_server_uses_the_project_handler(real_handler_env):
+    server = make_server("127.0.0.1", 0)
+    try:
+        assert server.lambda_handler is handlers.api.lambda_handler
+    finally:
+        server.server_close()
+
+
+def test_serve_command_sets_up_the_environment(monkeypatch, capsys):
+    for name in ("SESSION_STORE", "PICOFLOW_FLOWS"):
+        monkeypatch.setenv(name, "placeholder")
+        monkeypatch.delenv(name)
+
+    def interrupted(self, poll_interval=0.5):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LambdaHTTPServer, "serve_forever", interrupted)
+    assert main(["serve", "--port", "0", "--flows", "flows.hotel"]) == 0
+    assert os.environ["SESSION_STORE"] == "SQLITE"
+    assert os.environ["PICOFLOW_FLOWS"] == "flows.hotel"
+    assert "listening on http://127.0.0.1:" in capsys.readouterr().out

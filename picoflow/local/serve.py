@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +34,9 @@ class LambdaHTTPServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], lambda_handler: LambdaHandler) -> None:
         super().__init__(address, _ProxyRequestHandler)
         self.lambda_handler = lambda_handler
+        # Like one Lambda execution environment: one event at a time. Powertools also keeps the
+        # current event in process-wide state, so concurrent invocations would see each other's.
+        self.invoke_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -67,7 +71,8 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         headers.extend((name, value) for name, value in forwarded.items() if name not in self.headers)
         event = http_event(self.command, path, body=body, headers=headers, query=query, source_ip=client_ip)
         try:
-            result = self.server.lambda_handler(event, FakeLambdaContext())
+            with self.server.invoke_lock:
+                result = self.server.lambda_handler(event, FakeLambdaContext())
             status, response_headers, payload = _translate_response(result)
         except Exception:
             # API Gateway answers an integration failure with a bare 500; the trace is for the developer.
@@ -117,13 +122,21 @@ def _translate_response(result: Any) -> tuple[int, dict[str, list[str]], bytes]:
         # API Gateway treats any other return value as a 200 JSON body.
         return 200, {"content-type": ["application/json"]}, json.dumps(result).encode("utf-8")
     headers: dict[str, list[str]] = {}
+    spelling: dict[str, str] = {}
+
+    def add(name: str, value: Any) -> None:
+        # Names merge case-insensitively but keep the handler's first spelling.
+        key = spelling.setdefault(name.lower(), name)
+        if str(value) not in headers.setdefault(key, []):
+            headers[key].append(str(value))
+
     for name, value in (result.get("headers") or {}).items():
-        headers.setdefault(name.lower(), []).append(str(value))
+        add(name, value)
     for name, values in (result.get("multiValueHeaders") or {}).items():
-        bucket = headers.setdefault(name.lower(), [])
-        bucket.extend(str(value) for value in values if str(value) not in bucket)
+        for value in values:
+            add(name, value)
     for cookie in result.get("cookies") or []:
-        headers.setdefault("set-cookie", []).append(cookie)
+        add("Set-Cookie", cookie)
     body = result.get("body") or ""
     payload = base64.b64decode(body) if result.get("isBase64Encoded") else str(body).encode("utf-8")
     return int(result["statusCode"]), headers, payload

@@ -1,0 +1,331 @@
+"""Lambda entry point for the PicoFlow HTTP API (API Gateway HTTP API, payload format 2.0).
+
+Routes: ``POST /ai/run``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``. The engine is built
+once per container from the environment: ``SESSION_STORE``/``SESSION_TABLE`` pick the store,
+``PICOFLOW_FLOWS`` the flow modules, ``PICOFLOW_SCRIPT`` a scripted model for offline runs and
+``OPENAI_API_KEY_PARAMETER`` the SSM SecureString holding the OpenAI key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import json
+import os
+import pkgutil
+import threading
+import time
+import warnings
+from collections.abc import Coroutine
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from picoflow import Flow, FlowEngine, RunResponse
+from picoflow.models.registry import default_registry
+
+SESSION_HEADER = "CHAT_SESSION_ID"
+# API Gateway forwards header names lower-cased; some proxies (sam local among them) drop names with
+# underscores, so the hyphenated spelling is accepted as well.
+_SESSION_HEADER_KEYS = ("chat_session_id", "chat-session-id")
+DEFAULT_FLOW_MODULES = "flows"
+DEFAULT_MAX_MESSAGE_CHARS = 100_000
+# Time kept back from the Lambda deadline for the final save and the response.
+DEADLINE_MARGIN_SECONDS = 2.0
+_CONFLICT_CODES = frozenset({"SESSION_CONFLICT", "SESSION_FLOW_MISMATCH", "SESSION_FLOW_INVARIANT"})
+_JSON = "application/json"
+_PLAIN = "text/plain"
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "picoflow"
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "PicoFlow", service=SERVICE)
+# X-Ray tracing needs the optional aws-xray-sdk (aws-lambda-powertools[tracer]); without it the API runs untraced.
+tracer = Tracer() if importlib.util.find_spec("aws_xray_sdk") else None
+app = APIGatewayHttpResolver()
+
+# Routes such as /health publish no metric by design; Powertools would warn on every such request.
+warnings.filterwarnings("ignore", message="No application metrics to publish")
+
+
+class RequestError(Exception):
+    """A request refused before it reaches the engine."""
+
+    def __init__(self, message: str, *, status_code: int = 400, code: str = "BAD_REQUEST") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.code = code
+
+
+# -- the container's engine ------------------------------------------------------------------------
+
+
+class _Runtime:
+    """The engine plus the event loop it lives on, shared by every invocation of this container.
+
+    One long-lived loop (on its own thread) keeps the async HTTP clients that the engine caches with
+    its chat models usable across invocations; a loop per invocation would strand their connections.
+    """
+
+    def __init__(self, engine: FlowEngine) -> None:
+        self.engine = engine
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="picoflow-engine-loop", daemon=True).start()
+
+    def call(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+_runtime: _Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def get_engine() -> FlowEngine:
+    """The container's ``FlowEngine``, built from the environment on first use."""
+    return _get_runtime().engine
+
+
+def _get_runtime() -> _Runtime:
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = _Runtime(build_engine())
+        return _runtime
+
+
+def build_engine(environ: dict[str, str] | None = None) -> FlowEngine:
+    """A new engine configured from ``environ`` (default: the process environment)."""
+    env = dict(os.environ if environ is None else environ)
+    if not env.get("PICOFLOW_SCRIPT") and not env.get("OPENAI_API_KEY") and env.get("OPENAI_API_KEY_PARAMETER"):
+        key = read_openai_key(env["OPENAI_API_KEY_PARAMETER"])
+        if key:
+            env["OPENAI_API_KEY"] = key
+    flows = load_flows(env.get("PICOFLOW_FLOWS") or DEFAULT_FLOW_MODULES)
+    engine = FlowEngine(flows=flows, providers=default_registry(env))
+    logger.info(
+        "Engine ready",
+        extra={"flows": engine.get_flow_names(), "store": type(engine.session_store).__name__},
+    )
+    return engine
+
+
+def read_openai_key(parameter_name: str) -> str | None:
+    """Decrypt the SecureString ``parameter_name``; None (logged) when it cannot be read."""
+    from aws_lambda_powertools.utilities import parameters
+
+    try:
+        return parameters.get_parameter(parameter_name, decrypt=True)
+    except Exception as exc:  # noqa: BLE001 - a missing key must not take down routes that need none
+        logger.error(
+            "Cannot read the OpenAI key parameter", extra={"parameter": parameter_name, "error": type(exc).__name__}
+        )
+        return None
+
+
+def load_flows(modules: str) -> list[type[Flow]]:
+    """The flow classes defined in the comma-separated ``modules``; a package includes its submodules.
+
+    A class counts when it subclasses ``Flow``, implements ``config_model`` and is defined in (not
+    merely imported into) one of those modules.
+    """
+    found: list[type[Flow]] = []
+    for name in (part.strip() for part in modules.split(",")):
+        if not name:
+            continue
+        module = importlib.import_module(name)
+        loaded = [module]
+        if hasattr(module, "__path__"):
+            submodules = pkgutil.walk_packages(module.__path__, f"{name}.")
+            loaded += [importlib.import_module(info.name) for info in submodules]
+        for mod in loaded:
+            for value in vars(mod).values():
+                if (
+                    isinstance(value, type)
+                    and issubclass(value, Flow)
+                    and value.__module__ == mod.__name__
+                    and value.config_model is not Flow.config_model
+                    and value not in found
+                ):
+                    found.append(value)
+    return found
+
+
+# -- routes ----------------------------------------------------------------------------------------
+
+
+@app.post("/ai/run")
+def run_turn() -> Response:
+    request = _json_object(app.current_event.decoded_body)
+    flow_name = request.get("flowName")
+    if not isinstance(flow_name, str) or not flow_name.strip():
+        raise RequestError("flowName must be a non-empty string.")
+    message = request.get("message")
+    if message is not None and not isinstance(message, str):
+        raise RequestError("message must be a string.")
+    limit = int(os.environ.get("PICOFLOW_MAX_MESSAGE_CHARS") or DEFAULT_MAX_MESSAGE_CHARS)
+    if message is not None and len(message) > limit:
+        raise RequestError(f"message is longer than {limit} characters.", status_code=413, code="MESSAGE_TOO_LARGE")
+    config = request.get("config")
+    if config is not None and not isinstance(config, dict):
+        raise RequestError("config must be a JSON object.")
+    session_id = _session_id()
+    if session_id:
+        logger.set_correlation_id(session_id)
+
+    runtime = _get_runtime()
+    if tracer is not None:
+        tracer.put_annotation("flow", flow_name)
+    started = time.perf_counter()
+    result: RunResponse = runtime.call(
+        runtime.engine.run(
+            flow_name=flow_name,
+            user_message=message,
+            session_id=session_id,
+            config=config,
+            deadline=_deadline(),
+        )
+    )
+    latency_ms = (time.perf_counter() - started) * 1000
+    _record_turn(flow_name, flow_name in runtime.engine.get_flow_names(), result, latency_ms)
+
+    headers = {SESSION_HEADER: result.session} if result.session else {}
+    if not result.success:
+        return _envelope(_failure_status(result.status_code), result.envelope(), result.session)
+    if result.content_type != _PLAIN:
+        body = result.message if isinstance(result.message, str) else json.dumps(result.message)
+        return Response(status_code=200, content_type=result.content_type, body=body, headers=headers)
+    return _envelope(200, result.envelope(), result.session)
+
+
+@app.post("/ai/end")
+def end_session() -> Response:
+    session_id = _session_id()
+    if session_id:
+        logger.set_correlation_id(session_id)
+    runtime = _get_runtime()
+    outcome = runtime.call(runtime.engine.delete_session(session_id))
+    session = outcome.get("session") or ""
+    if outcome.get("success"):
+        metrics.add_metric(name="SessionsEnded", unit=MetricUnit.Count, value=1)
+        return _envelope(200, {"success": True, "session": session}, session)
+    logger.warning("Session delete failed")
+    return _envelope(400, _failure_body(outcome.get("message", ""), session, "SESSION_DELETE_FAILED"), session)
+
+
+@app.get("/ai/flows")
+def list_flows() -> Response:
+    return Response(status_code=200, content_type=_JSON, body=json.dumps(get_engine().get_flow_names()))
+
+
+@app.get("/health")
+def health() -> Response:
+    return Response(status_code=200, content_type=_JSON, body=json.dumps({"status": "ok"}))
+
+
+@app.exception_handler(RequestError)
+def refuse(error: RequestError) -> Response:
+    logger.info("Request refused", extra={"code": error.code, "statusCode": error.status_code})
+    return _failure(error.status_code, error.message, error.code)
+
+
+@app.not_found
+def not_found(_: NotFoundError) -> Response:
+    return _failure(404, "No such route.", "NOT_FOUND")
+
+
+@app.exception_handler(Exception)
+def internal_error(error: Exception) -> Response:
+    logger.exception("Unhandled error")
+    return _failure(500, "Internal error.", "INTERNAL_ERROR")
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _json_object(raw: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or "")
+    except ValueError as exc:
+        raise RequestError("The request body must be valid JSON.") from exc
+    if not isinstance(value, dict):
+        raise RequestError("The request body must be a JSON object.")
+    return value
+
+
+def _session_id() -> str | None:
+    headers = {name.lower(): value for name, value in (app.current_event.headers or {}).items()}
+    for key in _SESSION_HEADER_KEYS:
+        value = (headers.get(key) or "").strip()
+        if value:
+            return value
+    return None
+
+
+def _deadline() -> float | None:
+    context = app.lambda_context
+    if context is None:
+        return None
+    return time.monotonic() + context.get_remaining_time_in_millis() / 1000 - DEADLINE_MARGIN_SECONDS
+
+
+def _failure_status(status_code: int) -> int:
+    return status_code if 400 <= status_code <= 599 else 500
+
+
+def _record_turn(flow_name: str, registered: bool, result: RunResponse, latency_ms: float) -> None:
+    # Only registered names become a dimension: a client-chosen flowName must not mint new metric series.
+    if registered:
+        metrics.add_dimension(name="flow", value=flow_name)
+    metrics.add_metric(name="Turns", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name="TurnLatency", unit=MetricUnit.Milliseconds, value=latency_ms)
+    if result.session:
+        logger.set_correlation_id(result.session)
+    if not result.success:
+        metrics.add_metric(name="TurnFailures", unit=MetricUnit.Count, value=1)
+        if result.error_code in _CONFLICT_CODES:
+            metrics.add_metric(name="SessionConflicts", unit=MetricUnit.Count, value=1)
+    logger.info(
+        "Turn finished",
+        extra={
+            "flow": flow_name,
+            "success": result.success,
+            "completed": result.completed,
+            "code": result.error_code,
+            "statusCode": result.status_code if not result.success else 200,
+            "latencyMs": round(latency_ms, 1),
+        },
+    )
+
+
+def _envelope(status_code: int, body: dict[str, Any], session: str | None) -> Response:
+    headers = {SESSION_HEADER: session} if session else {}
+    return Response(status_code=status_code, content_type=_JSON, body=json.dumps(body), headers=headers)
+
+
+def _failure(status_code: int, message: str, code: str) -> Response:
+    session = _session_id() or ""
+    return _envelope(status_code, _failure_body(message, session, code), session)
+
+
+def _failure_body(message: str, session: str, code: str) -> dict[str, Any]:
+    return {"success": False, "completed": False, "message": message, "session": session, "code": code}
+
+
+def _resolve(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)
+
+
+if tracer is not None:
+    _resolve = tracer.capture_lambda_handler(_resolve, capture_response=False)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The Lambda handler: resolve one API Gateway v2 event into a proxy response."""
+    return _resolve(event, context)
