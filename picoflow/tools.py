@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -35,9 +36,15 @@ class ToolSpec:
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.schema.model_json_schema(),
+                "parameters": _json_schema(self.schema),
             },
         }
+
+
+@lru_cache(maxsize=512)
+def _json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    # Building a JSON schema is slow and the model class never changes, so build it once per class.
+    return schema.model_json_schema()
 
 
 def tool(arg: Callable | str | None = None) -> Any:

@@ -78,12 +78,12 @@ def new_document(flow: FlowDoc | dict[str, Any]) -> SessionDoc:
 
 
 def prepare_write(doc: SessionDoc, expected_revision: int) -> SessionDoc:
-    """Check the invariant and return the copy to persist at ``expected_revision + 1``."""
+    """Check the invariant and return the copy to persist at ``expected_revision + 1``.
+
+    The copy is shallow: stores encode it at once, so it never outlives the caller's document.
+    """
     doc.check_invariant()
-    written = doc.model_copy(deep=True)
-    written.revision = expected_revision + 1
-    written.save_on = utc_now()
-    return written
+    return doc.model_copy(update={"revision": expected_revision + 1, "save_on": utc_now()})
 
 
 def _validate_flow(flow: dict[str, Any]) -> FlowDoc:
