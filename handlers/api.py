@@ -28,6 +28,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from picoflow import Flow, FlowEngine, RunResponse
 from picoflow.models.registry import default_registry
+from picoflow.session.store import store_from_env
 
 SESSION_HEADER = "CHAT_SESSION_ID"
 # API Gateway forwards header names lower-cased; some proxies (sam local among them) drop names with
@@ -106,7 +107,7 @@ def build_engine(environ: dict[str, str] | None = None) -> FlowEngine:
         if key:
             env["OPENAI_API_KEY"] = key
     flows = load_flows(env.get("PICOFLOW_FLOWS") or DEFAULT_FLOW_MODULES)
-    engine = FlowEngine(flows=flows, providers=default_registry(env))
+    engine = FlowEngine(flows=flows, session_store=store_from_env(env), providers=default_registry(env))
     logger.info(
         "Engine ready",
         extra={"flows": engine.get_flow_names(), "store": type(engine.session_store).__name__},
@@ -178,8 +179,6 @@ def run_turn() -> Response:
         logger.set_correlation_id(session_id)
 
     runtime = _get_runtime()
-    if tracer is not None:
-        tracer.put_annotation("flow", flow_name)
     started = time.perf_counter()
     result: RunResponse = runtime.call(
         runtime.engine.run(
@@ -278,9 +277,11 @@ def _failure_status(status_code: int) -> int:
 
 
 def _record_turn(flow_name: str, registered: bool, result: RunResponse, latency_ms: float) -> None:
-    # Only registered names become a dimension: a client-chosen flowName must not mint new metric series.
+    # Only registered names become a dimension or annotation: a client-chosen flowName must not mint new series.
     if registered:
         metrics.add_dimension(name="flow", value=flow_name)
+        if tracer is not None:
+            tracer.put_annotation("flow", flow_name)
     metrics.add_metric(name="Turns", unit=MetricUnit.Count, value=1)
     metrics.add_metric(name="TurnLatency", unit=MetricUnit.Milliseconds, value=latency_ms)
     if result.session:

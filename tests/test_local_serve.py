@@ -168,7 +168,7 @@ def test_status_headers_and_body_are_written_back(start_server):
     status, headers, body = request(url, "POST", "/ai/run", b"{}")
     assert status == 409
     assert headers["chat_session_id"] == "s-1"
-    assert "CHAT_SESSION_ID" in headers.keys()
+    assert "CHAT_SESSION_ID" in [name for name, _ in headers.items()]  # spelling kept, not just matched
     assert headers["content-type"] == "application/json"
     assert json.loads(body) == {"success": False, "code": "SESSION_CONFLICT"}
 
