@@ -93,8 +93,8 @@ def _hotels(rng: random.Random, city: str) -> list[dict[str, Any]]:
     ]
 
 
+# Two of every three turns go through a search tool call, as a booking conversation would.
 def _conversation(rng: random.Random, step: str, count: int, start_turn: int) -> list[dict[str, Any]]:
-    """``count`` messages of guest/assistant turns; two of every three turns go through a search tool call."""
     messages: list[dict[str, Any]] = []
     turn = start_turn
     while len(messages) < count:

@@ -396,7 +396,7 @@ def _contend(
 
 
 async def test_dynamodb_local_race_between_independent_clients(dynamodb_local_table: DynamoTable) -> None:
-    """Eight threads, each with its own store and client, save the same revision at once: one wins."""
+    # Eight threads, each with its own client and connection pool, hit the emulator at the same moment.
     contenders = [dynamodb_local_table.store() for _ in range(8)]
     store = dynamodb_local_table.store()
     doc = await store.create(FLOW)

@@ -67,7 +67,8 @@ async def check_create_and_load(store: SessionStore) -> None:
     loaded = await _load(store, created.id, "create_and_load")
     assert loaded.revision == 0, f"create_and_load: load returned revision {loaded.revision}, expected 0"
     assert _same(loaded, created), "create_and_load: the loaded document differs from the created one"
-    assert await store.load("no-such-session") is None, "create_and_load: load of an unknown id is not None"
+    for unknown in ("no-such-session", ""):
+        assert await store.load(unknown) is None, f"create_and_load: load({unknown!r}) of an unknown id is not None"
 
 
 async def check_save_increments(store: SessionStore) -> None:
@@ -160,7 +161,9 @@ async def check_delete_then_load(store: SessionStore) -> None:
     await store.save(plain, 0)
     await store.delete(plain.id)
     assert await store.load(plain.id) is None, "delete_then_load: load after an unconditional delete found it"
+    # Deleting what is not there (or was never there) without a revision is not an error.
     await store.delete(plain.id)
+    await store.delete("")
 
 
 async def check_concurrent_saves(store: SessionStore) -> None:

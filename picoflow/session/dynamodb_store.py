@@ -84,6 +84,9 @@ class DynamoDBSessionStore(SessionStore):
         self._client_lock = threading.Lock()
 
     async def load(self, session_id: str) -> SessionDoc | None:
+        if not session_id:
+            # DynamoDB rejects an empty key outright; no session can have one.
+            return None
         response = await self._call(
             "load",
             session_id,
@@ -136,6 +139,11 @@ class DynamoDBSessionStore(SessionStore):
         return written
 
     async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
+        if not session_id:
+            # Nothing can be stored under an empty key (DynamoDB would reject the request).
+            if expected_revision is not None:
+                raise SessionConflictError(session_id)
+            return
         request: dict[str, Any] = {"TableName": self.table_name, "Key": {"id": {"S": session_id}}}
         if expected_revision is not None:
             request["ConditionExpression"] = "#rev = :expected"
@@ -144,9 +152,11 @@ class DynamoDBSessionStore(SessionStore):
         await self._call("delete", session_id, "delete_item", **request)
 
     async def close(self) -> None:
+        if not self._owns_client:
+            return
         with self._client_lock:
             client, self._client = self._client, None
-        if client is not None and self._owns_client:
+        if client is not None:
             await asyncio.to_thread(client.close)
 
     def stored_size(self, doc: SessionDoc) -> int:
