@@ -30,6 +30,8 @@ class LambdaHTTPServer(ThreadingHTTPServer):
     """A threading HTTP server that dispatches every request to one Lambda handler callable."""
 
     daemon_threads = True
+    #: Print one access-log line per request to stderr (the demo turns it off).
+    access_log = True
 
     def __init__(self, address: tuple[str, int], lambda_handler: LambdaHandler) -> None:
         super().__init__(address, _ProxyRequestHandler)
@@ -53,6 +55,10 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         self._proxy()
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's parameter name
+        if self.server.access_log:
+            super().log_message(format, *args)
 
     def _proxy(self) -> None:
         try:

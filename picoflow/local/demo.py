@@ -1,0 +1,104 @@
+"""``make run``: replay a bundled flow's scripted conversation through ``picoflow serve`` and the Lambda handler.
+
+Everything runs offline: the model is a scripted one, the session store is an embedded SQLite file, and each
+turn travels as HTTP -> API Gateway v2 event -> ``handlers.api.lambda_handler``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import flows as bundled_flows
+
+
+def find_conversation(flow_name: str) -> Path:
+    """The ``conversation.json`` of the bundled flow called ``flow_name``."""
+    known = []
+    for folder in bundled_flows.__path__:
+        for path in sorted(Path(folder).glob("*/conversation.json")):
+            name = json.loads(path.read_text(encoding="utf-8")).get("flow")
+            known.append(name)
+            if name == flow_name:
+                return path
+    raise SystemExit(f"No scripted conversation for flow '{flow_name}'. Bundled: {', '.join(known) or 'none'}.")
+
+
+def load_conversation(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The conversation, and its model replies flattened in call order (the ``PICOFLOW_SCRIPT`` form)."""
+    conversation = json.loads(path.read_text(encoding="utf-8"))
+    replies = [reply for turn in conversation["turns"] for reply in turn.get("replies", [])]
+    return conversation, replies
+
+
+def _print_reply(user: str, status: int, content_type: str, text: str) -> tuple[str | None, bool]:
+    print(f"\nuser > {user}")
+    if content_type.startswith("application/json"):
+        body = json.loads(text)
+        if isinstance(body, dict) and "success" in body:
+            label = "bot" if body["success"] else f"error {status} {body.get('code')}"
+            print(f"{label} > {body['message']}")
+            return body.get("session"), bool(body.get("completed"))
+    print(f"bot ({content_type}) >\n{text}")
+    return None, False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="picoflow-demo", description=__doc__)
+    parser.add_argument("--flow", default="HotelFlow", help="bundled flow to replay (default: HotelFlow)")
+    args = parser.parse_args(argv)
+
+    path = find_conversation(args.flow)
+    conversation, replies = load_conversation(path)
+    workdir = Path(tempfile.mkdtemp(prefix="picoflow-demo-"))
+    script = workdir / "script.json"
+    script.write_text(json.dumps(replies), encoding="utf-8")
+    os.environ.update(
+        SESSION_STORE="SQLITE",
+        SQLITE_PATH=str(workdir / "sessions.sqlite"),
+        PICOFLOW_SCRIPT=str(script),
+        POWERTOOLS_LOG_LEVEL=os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+        POWERTOOLS_METRICS_DISABLED="true",
+    )
+    from picoflow.local.chat import ChatClient
+    from picoflow.local.serve import make_server
+    from picoflow.session.store import store_from_env
+
+    server = make_server("127.0.0.1", 0)
+    server.access_log = False
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(f"PicoFlow demo: {args.flow} ({len(conversation['turns'])} turns, {len(replies)} scripted model replies)")
+    print(f"serving the Lambda handler at {server.url}, sessions in {workdir / 'sessions.sqlite'}")
+    client = ChatClient(server.url, args.flow, conversation.get("config"))
+    session = None
+    try:
+        for turn in conversation["turns"]:
+            reply = client.send(turn["user"])
+            session = reply.session or session
+            reported, completed = _print_reply(turn["user"], reply.status, reply.content_type, reply.text)
+            session = reported or session
+            if reply.status >= 400:
+                return 1
+            if completed:
+                print("(session completed)")
+    finally:
+        server.shutdown()
+
+    doc = asyncio.run(store_from_env().load(session)) if session else None
+    if doc is not None:
+        tokens = doc.tokens
+        print(f"\nsession {doc.id}: runStatus={doc.run_status}, revision={doc.revision}, "
+              f"currentStep={doc.flow.current_step}")
+        print(f"tokens: input={tokens.input_tokens} output={tokens.output_tokens} total={tokens.total_tokens}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
