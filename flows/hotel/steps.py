@@ -1,0 +1,223 @@
+"""HotelFlow's stages: collect criteria, present priced results, compare them, book one."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import date
+from typing import Any, Literal
+
+from langchain_core.messages import HumanMessage
+from pydantic import BaseModel, Field
+
+from flows.hotel import catalog, chart
+from picoflow import HumanMessageEx, Step, TerminateSessionStep, ToolSpec, Transition, direct, direct_to, go, stay, tool
+from picoflow.prompts import prompt
+
+Amenity = Literal[catalog.AMENITIES]  # type: ignore[valid-type]
+RoomType = Literal[catalog.ROOM_TYPES]  # type: ignore[valid-type]
+PICK_TWO = "Ask the user for at least two different hotels from the list to compare."
+
+
+class SearchCriteria(BaseModel):
+    start: str = Field(description="Check-in date, YYYY-MM-DD")
+    end: str = Field(description="Check-out date, YYYY-MM-DD")
+    room_type: RoomType
+    amenities: list[Amenity] = Field(default_factory=list, description="Amenities every result must offer")
+    min_price: float | None = Field(None, description="Lowest acceptable nightly price in USD")
+    max_price: float | None = Field(None, description="Highest acceptable nightly price in USD")
+    max_airport_miles: float | None = Field(None, description="Maximum distance to the airport")
+    max_city_center_miles: float | None = Field(None, description="Maximum distance to the city center")
+
+
+class CaptureChoices(BaseModel):
+    criteria: SearchCriteria
+
+
+class ChosenHotel(BaseModel):
+    hotel: str = Field(description="The chosen hotel's number in the list, or its name")
+
+
+class HotelRefs(BaseModel):
+    hotels: list[str] = Field(description="Numbers in the result list, or names, of the hotels")
+
+
+class Comparison(HotelRefs):
+    feature: str = Field(description=f"One of: {', '.join(chart.FEATURES)}")
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+class HotelStep(Step):
+    """A conversational stage: the shared persona, its own prompt file, and a way out."""
+
+    prompt_file = ""
+
+    def prompt_values(self) -> dict[str, Any]:
+        return {}
+
+    def get_prompt(self) -> str:
+        return prompt("role.md", __file__) + "\n\n" + prompt(self.prompt_file, __file__, **self.prompt_values())
+
+    def forward(self, target: type[Step]) -> HumanMessageEx:
+        """The user's latest words, attributed to ``target`` so that step acts on the same request."""
+        text = next((m.content for m in reversed(self.get_memory()) if isinstance(m, HumanMessage)), "")
+        return HumanMessageEx(target.id, str(text))
+
+    def results(self) -> list[dict[str, Any]]:
+        """The current search results: handed over by ExploreStep this request, else rebuilt from its criteria."""
+        present = self.flow.require_step(PresentStep)
+        found = present.get_transient_state("hotels")
+        if found is None:
+            found = catalog.search(self.flow.get_step_state(ExploreStep, "criteria") or {})
+            present.save_transient_state({"hotels": found})
+        return found
+
+    def numbered(self, with_totals: bool) -> str:
+        return "\n".join(
+            f"{n}. {entry['hotel']}" + (f" - total {chart.money(entry['total'])}" if with_totals else "")
+            for n, entry in enumerate(self.results(), 1)
+        )
+
+    def pick_to_compare(self, refs: list[str]) -> list[dict[str, Any]] | None:
+        picked = catalog.pick(self.results(), refs)
+        return picked if picked and len(picked) > 1 else None
+
+    @tool
+    async def terminate_session(self, args: dict[str, Any]) -> Transition:
+        return go(TerminateSessionStep).with_prompt(args["prompt"])
+
+
+class ExploreStep(HotelStep):
+    """Collects the search criteria (owned here, as ``criteria``) and runs the search."""
+
+    prompt_file = "explore.md"
+
+    def today(self) -> date:
+        # Injectable so scripted runs and tests do not depend on the wall clock.
+        pinned = self.get_context("config.currentDate") or os.environ.get("HOTEL_FLOW_CURRENT_DATE")
+        return date.fromisoformat(str(pinned)[:10]) if pinned else date.today()
+
+    def prompt_values(self) -> dict[str, Any]:
+        return {
+            "today": self.today().isoformat(),
+            "criteria": json.dumps(self.get_state("criteria") or {}),
+            "room_types": ", ".join(catalog.ROOM_TYPES),
+            "amenities": ", ".join(catalog.AMENITIES),
+        }
+
+    def define_tools(self) -> list[ToolSpec]:
+        return [
+            ToolSpec(
+                name="capture_choices",
+                description="Search hotels with the complete criteria, once the user asks to search.",
+                schema=CaptureChoices,
+            )
+        ]
+
+    @tool
+    async def capture_choices(self, args: dict[str, Any]) -> Transition:
+        criteria = args["criteria"]
+        problem = catalog.date_problem(criteria["start"], criteria["end"], self.today())
+        if problem:
+            return stay(problem)
+        self.save_state({"criteria": criteria})
+        found = catalog.search(criteria)
+        if not found:
+            return stay("No hotel matches these criteria. Ask the user which criterion to relax.")
+        # Results are derived from the criteria: hand them over for this request only, never persist them.
+        self.flow.save_transient_step_state(PresentStep, {"hotels": found})
+        return go(PresentStep)
+
+
+class PresentStep(HotelStep):
+    """Lists the priced results and routes to booking, a new search, or a comparison."""
+
+    prompt_file = "present.md"
+
+    async def on_enter(self) -> None:
+        # Each visit presents from state; an earlier visit's list would only mislead the model.
+        self.erase_memory()
+
+    def on_crossing(self, message: Any, prior_step: str | None = None) -> HumanMessageEx:
+        return HumanMessageEx(self, "Which hotels can I choose from?")
+
+    def prompt_values(self) -> dict[str, Any]:
+        return {"hotels": self.numbered(with_totals=True)}
+
+    def define_tools(self) -> list[ToolSpec]:
+        return [
+            ToolSpec(name="chosen_hotel", description="Book the hotel the user chose.", schema=ChosenHotel),
+            ToolSpec(name="search_again", description="Change the criteria and search again.", schema=NoArgs),
+            ToolSpec(name="go_compare", description="Compare two or more listed hotels.", schema=HotelRefs),
+        ]
+
+    @tool
+    async def chosen_hotel(self, args: dict[str, Any]) -> Transition:
+        picked = catalog.pick(self.results(), [args["hotel"]])
+        if picked is None:
+            return stay(f"'{args['hotel']}' is not in the list. Ask the user to choose 1 to {len(self.results())}.")
+        entry, criteria = picked[0], self.flow.get_step_state(ExploreStep, "criteria")
+        booking = {
+            "hotel": entry["hotel"],
+            "confirmation": catalog.confirmation_number(self.flow.get_session_id(), entry["hotel"]),
+            "room_type": criteria["room_type"],
+            "start": criteria["start"],
+            "end": criteria["end"],
+            "total": entry["total"],
+        }
+        self.save_state({"booking": booking})
+        # The confirmation is a fact, so code words it; the session ends without another model call.
+        message = prompt("booked.md", __file__, **{**booking, "total": chart.money(entry["total"])})
+        return direct_to(TerminateSessionStep, message)
+
+    @tool
+    async def search_again(self, args: dict[str, Any]) -> Transition:
+        return go(ExploreStep).with_message(self.forward(ExploreStep))
+
+    @tool
+    async def go_compare(self, args: dict[str, Any]) -> Transition:
+        picked = self.pick_to_compare(args["hotels"])
+        if picked is None:
+            return stay(PICK_TWO)
+        self.flow.save_step_state(CompareStep, {"selected": [entry["hotel"] for entry in picked]})
+        return go(CompareStep).with_message(self.forward(CompareStep))
+
+
+class CompareStep(HotelStep):
+    """Renders comparison tables in code and returns them verbatim, with no second model call."""
+
+    prompt_file = "compare.md"
+
+    async def on_enter(self) -> None:
+        self.erase_memory()
+
+    def prompt_values(self) -> dict[str, Any]:
+        return {
+            "hotels": self.numbered(with_totals=False),
+            "selected": ", ".join(self.get_state("selected") or []) or "none yet",
+            "features": ", ".join(chart.FEATURES),
+        }
+
+    def define_tools(self) -> list[ToolSpec]:
+        return [
+            ToolSpec(name="generate_comparison", description="Compare hotels on one feature.", schema=Comparison),
+            ToolSpec(name="resume_booking", description="Go back to the result list to book.", schema=NoArgs),
+        ]
+
+    @tool
+    async def generate_comparison(self, args: dict[str, Any]) -> Transition:
+        feature = args["feature"].strip().lower()
+        if feature not in chart.FEATURES:
+            return stay(f"'{args['feature']}' cannot be compared. Offer these features: {', '.join(chart.FEATURES)}.")
+        picked = self.pick_to_compare(args["hotels"])
+        if picked is None:
+            return stay(PICK_TWO)
+        self.save_state({"selected": [entry["hotel"] for entry in picked]})
+        return direct(f"{chart.comparison(feature, picked)}\n\nAnother comparison, or ready to book?")
+
+    @tool
+    async def resume_booking(self, args: dict[str, Any]) -> Transition:
+        return go(PresentStep)

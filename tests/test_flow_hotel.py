@@ -1,0 +1,459 @@
+"""HotelFlow: pricing and search helpers, handler-level validation, and the scripted 14-turn conversation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import date
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+
+import handlers.api as api
+from flows.hotel import HotelFlow, catalog, chart
+from flows.hotel.pricing import holidays, nightly_price, quote
+from flows.hotel.steps import ExploreStep
+from picoflow import FlowEngine, MemorySessionStore
+from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.compaction import SUMMARY_MESSAGE_PREFIX
+from picoflow.messages import message_step
+from picoflow.models.registry import ProviderRegistry
+from picoflow.models.scripted import ScriptedProvider
+
+pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+
+CONVERSATION = json.loads((Path(catalog.__file__).parent / "conversation.json").read_text(encoding="utf-8"))
+TODAY = date(2026, 3, 22)
+SUITES = {
+    "start": "2026-07-01",
+    "end": "2026-07-06",
+    "room_type": "suite",
+    "amenities": ["freeWiFi", "freeParking"],
+    "max_price": 700,
+}
+
+
+# -- pricing ---------------------------------------------------------------------------------------
+
+
+def test_weekend_surcharge_applies_to_friday_and_saturday_nights() -> None:
+    # March has no season multiplier and no holiday in this week.
+    prices = {day: nightly_price(100, "one bed", date(2026, 3, day)) for day in range(2, 9)}
+    assert prices == {2: 100.0, 3: 100.0, 4: 100.0, 5: 100.0, 6: 115.0, 7: 115.0, 8: 100.0}
+
+
+def test_room_season_and_holiday_multipliers_compound() -> None:
+    assert nightly_price(100, "suite", date(2026, 3, 3)) == 160.0
+    assert nightly_price(100, "one bed", date(2026, 11, 26)) == 130.0  # Thanksgiving, a Thursday
+    # 4 July 2026 is a Saturday in July: season 1.3, weekend 1.15 and holiday 1.3.
+    assert nightly_price(100, "one bed", date(2026, 7, 4)) == 194.35
+
+
+def test_floating_holidays_are_computed_for_each_year() -> None:
+    """The original reused 2025 dates by month and day, so 2027's Thanksgiving landed on the 27th."""
+    assert {date(2025, 11, 27), date(2025, 5, 26), date(2025, 9, 1)} <= holidays(2025)
+    in_2027 = holidays(2027)
+    assert {date(2027, 11, 25), date(2027, 5, 31), date(2027, 9, 6), date(2027, 1, 18), date(2027, 2, 15)} <= in_2027
+    assert not {date(2027, 11, 27), date(2027, 5, 26), date(2027, 9, 1)} & in_2027
+    assert len(in_2027) == 11
+    assert nightly_price(100, "one bed", date(2027, 11, 25)) == 130.0
+    assert nightly_price(100, "one bed", date(2027, 11, 27)) == 115.0  # only the Saturday surcharge
+
+
+def test_nothing_to_price_yields_no_quote() -> None:
+    """The original guard could never fire, so an empty stay matched every hotel at $0.00."""
+    day = date(2026, 7, 1)
+    assert quote(100, "one bed", day, day) is None
+    assert quote(None, "one bed", day, date(2026, 7, 2)) is None
+    assert quote(100, "one bed", day, date(2026, 7, 3)) == [130.0, 130.0]
+    assert catalog.search({**SUITES, "end": SUITES["start"]}) == []
+
+
+def test_a_hotel_without_a_base_price_is_not_offered(monkeypatch: pytest.MonkeyPatch) -> None:
+    unpriced = {**catalog.hotel("Hilton Garden Inn Beaverton"), "level": None}
+    priced = catalog.hotel("Hampton Inn Sherwood Portland")
+    monkeypatch.setattr(catalog, "hotels", lambda: (unpriced, priced))
+    assert [entry["hotel"] for entry in catalog.search(SUITES)] == ["Hampton Inn Sherwood Portland"]
+
+
+# -- search and choices ----------------------------------------------------------------------------
+
+
+def test_search_filters_room_amenities_and_sorts_by_total() -> None:
+    found = catalog.search(SUITES)
+    assert [(entry["hotel"], entry["total"]) for entry in found] == [
+        ("Hilton Garden Inn Beaverton", 1197.64),
+        ("Hampton Inn Sherwood Portland", 1268.1),
+        ("Hampton Inn & Suites Portland Tigard", 1362.02),
+        ("Hilton Garden Inn Portland Airport", 1502.93),
+    ]
+    assert found[0]["nights"] == ["2026-07-01", "2026-07-02", "2026-07-03", "2026-07-04", "2026-07-05"]
+    assert found[0]["prices"] == [212.16, 212.16, 243.98, 317.18, 212.16]
+    assert len(catalog.search({**SUITES, "room_type": "two beds"})) == 9
+
+
+def test_search_applies_budget_and_distance_limits() -> None:
+    def names(**extra: Any) -> list[str]:
+        return [entry["hotel"] for entry in catalog.search({**SUITES, **extra})]
+
+    # Every night must fit: Sherwood's $335.84 Saturday fits $340, Tigard's $360.71 does not.
+    assert names(max_price=340) == ["Hilton Garden Inn Beaverton", "Hampton Inn Sherwood Portland"]
+    assert names(max_price=300) == []
+    assert names(min_price=240) == ["Hampton Inn & Suites Portland Tigard", "Hilton Garden Inn Portland Airport"]
+    assert names(max_airport_miles=5) == ["Hilton Garden Inn Portland Airport"]
+    assert names(max_city_center_miles=9) == ["Hampton Inn & Suites Portland Tigard"]
+
+
+def test_date_rules() -> None:
+    assert catalog.date_problem("2026-07-01", "2026-07-06", TODAY) is None
+    assert "YYYY-MM-DD" in catalog.date_problem("07/01/2026", "2026-07-06", TODAY)
+    assert "YYYY-MM-DD" in catalog.date_problem("2026-02-30", "2026-03-02", TODAY)
+    assert "after today (2026-03-22)" in catalog.date_problem("2026-03-22", "2026-03-25", TODAY)
+    assert "after the check-in" in catalog.date_problem("2026-07-06", "2026-07-01", TODAY)
+    assert "30 nights" in catalog.date_problem("2026-07-01", "2026-08-15", TODAY)
+
+
+def test_pick_resolves_numbers_and_names_and_refuses_the_rest() -> None:
+    found = catalog.search({**SUITES, "room_type": "two beds"})
+    assert [e["hotel"] for e in catalog.pick(found, ["9", "#2", "tru by hilton aloha beaverton"])] == [
+        "Hampton Inn Portland-Airport",
+        "Hampton Inn Sherwood Portland",
+        "Tru by Hilton Aloha Beaverton",
+    ]
+    for refs in (["10"], ["0"], ["The Ritz"], ["2", "Hampton Inn Sherwood Portland"], []):
+        assert catalog.pick(found, refs) is None
+
+
+def test_confirmation_number_is_stable_per_session_and_hotel() -> None:
+    number = catalog.confirmation_number("session-1", "Hampton Inn Portland-Airport")
+    assert len(number) == 6 and number.isdigit()
+    assert number == catalog.confirmation_number("session-1", "Hampton Inn Portland-Airport")
+    assert number != catalog.confirmation_number("session-2", "Hampton Inn Portland-Airport")
+
+
+def test_table_pads_each_column_to_its_own_width() -> None:
+    lines = chart.table(["Feature", "A", "Much longer"], [["x", "1", "2"], ["yy", "333", "4"]]).splitlines()
+    assert lines == [
+        "| Feature | A   | Much longer |",
+        "| ------- | --- | ----------- |",
+        "| x       | 1   | 2           |",
+        "| yy      | 333 | 4           |",
+    ]
+
+
+def test_current_date_comes_from_config_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    flow = HotelFlow()
+    step = ExploreStep(flow)
+    monkeypatch.setenv("HOTEL_FLOW_CURRENT_DATE", "2027-07-15T00:00:00.000Z")
+    assert step.today() == date(2027, 7, 15)
+    flow.add_context({"config": {"currentDate": "2026-03-22"}})
+    assert step.today() == date(2026, 3, 22)
+    monkeypatch.delenv("HOTEL_FLOW_CURRENT_DATE")
+    assert ExploreStep(HotelFlow()).today() == date.today()
+
+
+# -- validation inside the flow (engine, memory store) ---------------------------------------------
+
+
+def _reply(text: str) -> dict[str, Any]:
+    return {"content": text, "usage": {"input_tokens": 10, "output_tokens": 5}}
+
+
+def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"tool_calls": [{"name": name, "args": args}], "usage": {"input_tokens": 10, "output_tokens": 5}}
+
+
+class Session:
+    """A HotelFlow session on the memory store, answered by a scripted model."""
+
+    def __init__(self, script: list[dict[str, Any]]) -> None:
+        self.provider = ScriptedProvider(script)
+        self.engine = FlowEngine(
+            flows=[HotelFlow],
+            session_store=MemorySessionStore(),
+            providers=ProviderRegistry(override=self.provider),
+            retry_delay=0,
+        )
+        self.id: str | None = None
+
+    async def say(self, text: str) -> Any:
+        response = await self.engine.run("HotelFlow", text, self.id, {"currentDate": "2026-03-22"})
+        assert response.success, response.message
+        self.id = response.session
+        return response
+
+    async def doc(self) -> Any:
+        return await self.engine.session_store.load(self.id)
+
+
+def _tool_results(doc: Any, namespace: str) -> list[str]:
+    return [m.content for m in doc.flow.memory[namespace].messages if m.type == "tool"]
+
+
+async def test_bad_dates_and_empty_results_keep_the_explore_step() -> None:
+    session = Session(
+        [
+            _call("capture_choices", {"criteria": {**SUITES, "start": "2026-03-01"}}),
+            _reply("Check-in must be after today. Which dates?"),
+            _call("capture_choices", {"criteria": {**SUITES, "max_price": 50}}),
+            _reply("Nothing fits $50 a night. Could you raise the budget?"),
+        ]
+    )
+    response = await session.say("suite, 3/1 to 7/6, search")
+    doc = await session.doc()
+    assert response.message == "Check-in must be after today. Which dates?"
+    assert doc.flow.current_step == "ExploreStep"
+    assert "criteria" not in doc.flow.steps[0].state
+    assert "after today (2026-03-22)" in _tool_results(doc, "hotel-explore")[-1]
+    # The model saw the feedback as the result of its own call before answering.
+    assert isinstance(session.provider.calls[1][-1], ToolMessage)
+
+    await session.say("max 50 a night, search")
+    doc = await session.doc()
+    assert doc.flow.current_step == "ExploreStep"
+    assert doc.flow.steps[0].state["criteria"]["max_price"] == 50
+    assert _tool_results(doc, "hotel-explore")[-1].startswith("No hotel matches")
+
+
+async def test_unknown_hotels_are_refused_before_comparing_or_booking() -> None:
+    session = Session(
+        [
+            _call("capture_choices", {"criteria": SUITES}),
+            _reply("1-4 listed"),
+            _call("go_compare", {"hotels": ["2", "The Ritz"]}),
+            _reply("Please pick two hotels from the list."),
+            _call("chosen_hotel", {"hotel": "The Ritz"}),
+            _reply("The Ritz is not in the list; choose 1 to 4."),
+            _call("chosen_hotel", {"hotel": "hampton inn sherwood portland"}),
+        ]
+    )
+    await session.say("search")
+    await session.say("compare 2 and the Ritz")
+    response = await session.say("book the Ritz")
+    doc = await session.doc()
+    assert response.completed is False and doc.flow.current_step == "PresentStep"
+    assert _tool_results(doc, "PresentStep")[-2:] == [
+        "Ask the user for at least two different hotels from the list to compare.",
+        "'The Ritz' is not in the list. Ask the user to choose 1 to 4.",
+    ]
+    assert "booking" not in doc.flow.steps[1].state
+
+    response = await session.say("the Sherwood one")
+    doc = await session.doc()
+    assert response.completed is True and doc.run_status == "completed"
+    assert doc.flow.steps[1].state["booking"]["hotel"] == "Hampton Inn Sherwood Portland"
+
+
+async def test_compare_history_is_erased_on_every_entry() -> None:
+    session = Session(
+        [
+            _call("capture_choices", {"criteria": SUITES}),
+            _reply("1-4 listed"),
+            _call("go_compare", {"hotels": ["1", "2"]}),
+            _call("generate_comparison", {"hotels": ["1", "2"], "feature": "distance"}),
+            _call("resume_booking", {}),
+            _reply("1-4 listed again"),
+            _call("go_compare", {"hotels": ["3", "4"]}),
+            _call("generate_comparison", {"hotels": ["3", "4"], "feature": "room type"}),
+        ]
+    )
+    await session.say("search")
+    first = await session.say("compare 1 and 2 on distance")
+    assert first.message.startswith("| Feature     | Hilton Garden Inn Beaverton | Hampton Inn Sherwood Portland |")
+    await session.say("back to the list")
+    second = await session.say("compare 3 and 4 on room type")
+    doc = await session.doc()
+    messages = doc.flow.memory["CompareStep"].messages
+    assert [m.type for m in messages] == ["system", "human", "ai", "tool", "ai"]
+    assert messages[1].content == "compare 3 and 4 on room type"
+    assert messages[-1].content == second.message and "| suite    | ✅" in second.message
+
+
+# -- the scripted conversation through the Lambda handler on moto DynamoDB -------------------------
+
+
+class Turn:
+    """What one turn returned and what the session looked like after it."""
+
+    def __init__(self, status: int, body: dict[str, Any], doc: Any, calls: list[list[Any]]) -> None:
+        self.status, self.body, self.doc, self.calls = status, body, doc, calls
+        self.json = doc.to_json_dict()
+
+    def state(self, step: str) -> dict[str, Any]:
+        return next(s.state for s in self.doc.flow.steps if s.name == step)
+
+    def messages(self, namespace: str) -> list[Any]:
+        return self.doc.flow.memory[namespace].messages
+
+
+@pytest.fixture
+def turns(moto_dynamodb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Turn]]:
+    script = tmp_path / "hotel-script.json"
+    script.write_text(json.dumps([reply for turn in CONVERSATION["turns"] for reply in turn["replies"]]))
+    monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
+    monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
+    monkeypatch.setenv("PICOFLOW_FLOWS", "flows.hotel")
+    monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
+    for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL", "HOTEL_FLOW_CURRENT_DATE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(api, "_runtime", None)
+    runtime = api._get_runtime()
+    provider = runtime.engine.providers.override
+    results: list[Turn] = []
+    session = None
+    for turn in CONVERSATION["turns"]:
+        body = {"flowName": CONVERSATION["flow"], "message": turn["user"], "config": CONVERSATION["config"]}
+        event = http_event("POST", "/ai/run", body=body, headers={"CHAT_SESSION_ID": session} if session else None)
+        result = api.lambda_handler(event, FakeLambdaContext(timeout_ms=25_000))
+        payload = json.loads(result["body"])
+        session = payload["session"]
+        doc = runtime.call(runtime.engine.session_store.load(session))
+        results.append(Turn(result["statusCode"], payload, doc, list(provider.calls)))
+    yield results
+    runtime.loop.call_soon_threadsafe(runtime.loop.stop)
+
+
+PRICE_TABLE = """\
+| Feature   | Hampton Inn Sherwood Portland | Tru by Hilton Aloha Beaverton | Hilton Garden Inn Wilsonville Portland |
+| --------- | ----------------------------- | ----------------------------- | -------------------------------------- |
+| Wed 07/01 | $175.50                       | $188.50                       | $198.25                                |
+| Thu 07/02 | $175.50                       | $188.50                       | $198.25                                |
+| Fri 07/03 | $201.82                       | $216.77                       | $227.99                                |
+| Sat 07/04 | $262.37                       | $281.81                       | $296.38                                |
+| Sun 07/05 | $175.50                       | $188.50                       | $198.25                                |
+| Total     | $990.69                       | $1,064.08                     | $1,119.12                              |
+
+Another comparison, or ready to book?"""
+COMPARED = ["Hampton Inn Sherwood Portland", "Tru by Hilton Aloha Beaverton", "Hilton Garden Inn Wilsonville Portland"]
+
+
+def _system_text(call: list[Any]) -> str:
+    return "\n".join(m.content for m in call if isinstance(m, SystemMessage))
+
+
+def test_conversation_every_turn_uses_exactly_its_scripted_replies(turns: list[Turn]) -> None:
+    ends = list(accumulate(len(turn["replies"]) for turn in CONVERSATION["turns"]))
+    assert [len(turn.calls) for turn in turns] == ends
+    for turn in turns:
+        assert turn.status == 200 and turn.body["success"] is True
+        assert turn.body["contentType"] == "text/plain"
+    assert [turn.body["completed"] for turn in turns] == [False] * 13 + [True]
+    assert [turn.doc.flow.current_step for turn in turns] == ["ExploreStep"] * 7 + [
+        "PresentStep",
+        "PresentStep",
+        "CompareStep",
+        "CompareStep",
+        "CompareStep",
+        "PresentStep",
+        "TerminateSessionStep",
+    ]
+
+
+def test_conversation_criteria_are_owned_by_explore_and_results_stay_transient(turns: list[Turn]) -> None:
+    searched = turns[7]
+    assert searched.state("ExploreStep")["criteria"] == {
+        **SUITES,
+        "min_price": None,
+        "max_airport_miles": None,
+        "max_city_center_miles": None,
+    }
+    assert turns[8].state("ExploreStep")["criteria"]["room_type"] == "two beds"
+    for turn in turns:
+        for step in turn.json["flow"]["steps"]:
+            assert "_transient" not in step["state"] and "hotels" not in step["state"]
+    # The results reached the presentation prompt even though they were never stored.
+    assert "1. Hilton Garden Inn Beaverton - total $1,197.64" in _system_text(searched.calls[-1])
+    assert "9. Hampton Inn Portland-Airport - total $1,220.01" in _system_text(turns[8].calls[-2])
+
+
+def test_conversation_compacts_the_explore_history(turns: list[Turn]) -> None:
+    scripted = [turn["replies"] for turn in CONVERSATION["turns"]]
+    sizes = [len(turn.messages("hotel-explore")) for turn in turns]
+    assert sizes[:9] == [4, 6, 8, 5, 7, 9, 5, 8, 6]  # system slot included; compacted after turns 4, 7, 9
+    assert max(sizes) <= 9
+    for index in (3, 6, 8):
+        space = turns[index].doc.flow.memory["hotel-explore"]
+        assert space.summary == scripted[index][-1]["content"]
+        assert space.summarized_through_id
+    # The next explore call carries the summary as a second system message, right after the prompt.
+    first_after = turns[4].calls[-1]
+    assert isinstance(first_after[1], SystemMessage)
+    assert first_after[1].content == f"{SUMMARY_MESSAGE_PREFIX}\n{scripted[3][-1]['content']}"
+    # The summary model saw the older messages, not the whole raw history.
+    summary_request = turns[3].calls[-1]
+    assert "User: Hi" in summary_request[-1].content and "max 700" not in summary_request[-1].content
+
+
+def test_conversation_forwards_the_users_words_across_steps(turns: list[Turn]) -> None:
+    explore_call = turns[8].calls[-3]
+    forwarded = explore_call[-1]
+    assert isinstance(forwarded, HumanMessage) and forwarded.content == "change to two beds and search again"
+    assert message_step(forwarded) == "ExploreStep"
+    compare_call = turns[9].calls[-1]
+    assert compare_call[-1].content == "compare 2,5,7 on price." and message_step(compare_call[-1]) == "CompareStep"
+
+
+def test_conversation_erases_present_and_compare_history_on_entry(turns: list[Turn]) -> None:
+    for index in (7, 8, 12):
+        system, opener, listing = turns[index].messages("PresentStep")
+        assert system.type == "system" and opener.type == "human" and listing.type == "ai"
+        assert opener.content == "Which hotels can I choose from?"
+    first_compare = turns[9].messages("CompareStep")
+    assert [m.type for m in first_compare] == ["system", "human", "ai", "tool", "ai"]
+    # Comparisons within one visit accumulate; direct() does not re-enter the step.
+    assert len(turns[10].messages("CompareStep")) == 9
+
+
+def test_conversation_comparisons_are_returned_directly(turns: list[Turn]) -> None:
+    assert turns[9].body["message"] == PRICE_TABLE
+    assert turns[9].state("CompareStep")["selected"] == COMPARED
+    last = turns[9].messages("CompareStep")[-1]
+    assert last.type == "ai" and last.additional_kwargs == {"direct": True} and last.content == PRICE_TABLE
+
+    amenities = turns[10].body["message"]
+    assert amenities.startswith(f"| Feature          | {' | '.join(COMPARED)} |")
+    assert "| indoorPool       | ✅                             | ❌ " in amenities
+    compared = catalog.pick(catalog.search(turns[9].state("ExploreStep")["criteria"]), COMPARED)
+    assert amenities == f"{chart.comparison('amenities', compared)}\n\nAnother comparison, or ready to book?"
+
+    refused = turns[11].messages("CompareStep")[-2]
+    assert refused.type == "tool" and refused.content.startswith("'guest ratings' cannot be compared")
+    assert turns[11].body["message"] == CONVERSATION["turns"][11]["replies"][-1]["content"]
+
+
+def test_conversation_books_and_terminates(turns: list[Turn]) -> None:
+    final = turns[-1]
+    session = final.body["session"]
+    booking = final.state("PresentStep")["booking"]
+    number = catalog.confirmation_number(session, "Hampton Inn Portland-Airport")
+    assert booking == {
+        "hotel": "Hampton Inn Portland-Airport",
+        "confirmation": number,
+        "room_type": "two beds",
+        "start": "2026-07-01",
+        "end": "2026-07-06",
+        "total": 1220.01,
+    }
+    assert f"Confirmation number: {number}" in final.body["message"]
+    assert final.doc.run_status == "completed"
+    assert [item.step_name for item in final.doc.flow.sequence] == [
+        "ExploreStep",
+        "PresentStep",
+        "ExploreStep",
+        "PresentStep",
+        "CompareStep",
+        "PresentStep",
+        "TerminateSessionStep",
+    ]
+    assert {item.level for item in final.doc.flow.sequence} == {1}
+
+
+def test_conversation_tallies_every_scripted_token(turns: list[Turn]) -> None:
+    replies = [reply for turn in CONVERSATION["turns"] for reply in turn["replies"]]
+    tokens = turns[-1].doc.tokens
+    assert tokens.input_tokens == sum(r["usage"]["input_tokens"] for r in replies) > 0
+    assert tokens.output_tokens == sum(r["usage"]["output_tokens"] for r in replies) > 0
+    assert tokens.total_tokens == tokens.input_tokens + tokens.output_tokens
