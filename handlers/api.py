@@ -284,6 +284,9 @@ def _record_turn(flow_name: str, registered: bool, result: RunResponse, latency_
             tracer.put_annotation("flow", flow_name)
     metrics.add_metric(name="Turns", unit=MetricUnit.Count, value=1)
     metrics.add_metric(name="TurnLatency", unit=MetricUnit.Milliseconds, value=latency_ms)
+    if result.tokens is not None:
+        metrics.add_metric(name="InputTokens", unit=MetricUnit.Count, value=result.tokens.input_tokens)
+        metrics.add_metric(name="OutputTokens", unit=MetricUnit.Count, value=result.tokens.output_tokens)
     if result.session:
         logger.set_correlation_id(result.session)
     if not result.success:

@@ -25,7 +25,7 @@ from picoflow.flow import Flow
 from picoflow.logger import SessionLogger
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.runner import TurnDeadlineError, run_turn
-from picoflow.session.document import SessionDoc
+from picoflow.session.document import SessionDoc, TokenUsage
 from picoflow.session.store import SessionStore, store_from_env
 from picoflow.transitions import PLAIN_TEXT
 
@@ -55,6 +55,8 @@ class RunResponse(BaseModel):
     content_type: str = PLAIN_TEXT
     error_code: str | None = None
     status_code: int = 200
+    #: Tokens this turn used (model calls, retries and summaries), for metrics; not part of the envelope.
+    tokens: TokenUsage | None = None
 
     def envelope(self) -> dict[str, Any]:
         """The JSON body returned over HTTP."""
@@ -188,6 +190,7 @@ class FlowEngine:
         is_new = doc is None
         if is_new:
             doc = await self.session_store.create(flow.new_flow_doc())
+        tokens_before = doc.tokens.model_copy()
         try:
             flow.bind(self, doc)
             if is_new:
@@ -209,6 +212,7 @@ class FlowEngine:
             message=message,
             session=doc.id,
             content_type=current.content_type,
+            tokens=_usage_since(tokens_before, doc.tokens),
         )
 
     def _validate_models(self, flow: Flow) -> None:
@@ -349,6 +353,10 @@ def _failure(exc: PicoFlowError, session: str) -> RunResponse:
         error_code=exc.code,
         status_code=exc.status_code,
     )
+
+
+def _usage_since(before: TokenUsage, after: TokenUsage) -> TokenUsage:
+    return TokenUsage(**{name: getattr(after, name) - getattr(before, name) for name in TokenUsage.model_fields})
 
 
 def monotonic_deadline(seconds_from_now: float) -> float:

@@ -268,7 +268,9 @@ def test_metrics_are_published(client, capsys):
     client.run("hello")
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     names = {m["Name"] for doc in emf for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
-    assert {"Turns", "TurnLatency"} <= names
+    assert {"Turns", "TurnLatency", "InputTokens", "OutputTokens"} <= names
+    values = {k: v for doc in emf for k, v in doc.items() if k in ("InputTokens", "OutputTokens")}
+    assert values == {"InputTokens": [10.0], "OutputTokens": [2.0]} or values == {"InputTokens": 10, "OutputTokens": 2}
 
 
 def test_turn_deadline_comes_from_the_lambda_context(client, monkeypatch):
