@@ -119,6 +119,9 @@ class Flow:
     def save_transient_step_state(self, step_cls: type[Step] | str, data: dict[str, Any]) -> None:
         self.require_step(step_cls).save_transient_state(data)
 
+    def get_transient_step_state(self, step_cls: type[Step] | str, path: str | None = None) -> Any:
+        return self.require_step(step_cls).get_transient_state(path)
+
     # -- memory -------------------------------------------------------------------------------
 
     def get_memory(self, namespace: str | None = None) -> Any:

@@ -262,7 +262,16 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
     outcome = _ToolOutcome()
     group = step.group_handler({call["name"] for call in calls})
     if group is not None:
-        transition = _group_route(step, group.__name__, await _call_handler(step, group, list(calls)))
+        checked = [(call, _checked_args(flow, call)) for call in calls]
+        if any(isinstance(args, ValidationError) for _, args in checked):
+            # The group handler owns the whole batch, so nothing runs until every call is valid.
+            for call, args in checked:
+                feedback = (_validation_feedback(call["name"], args) if isinstance(args, ValidationError)
+                            else "Not run: another call in this batch had invalid arguments.")
+                outcome.messages.append(_tool_message(step, call, feedback, status="error"))
+            return outcome
+        validated = [{**call, "args": args} for call, args in checked]
+        transition = _group_route(step, group.__name__, await _call_handler(step, group, validated))
         await apply_transition(flow, transition)
         for call in calls:
             outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
@@ -278,10 +287,9 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
                 _tool_message(step, call, f"LLM hallucinates a non-existing tool: {name}", status="error")
             )
             continue
-        try:
-            args = flow.require_tool(name).schema.model_validate(call.get("args") or {}).model_dump()
-        except ValidationError as exc:
-            outcome.messages.append(_tool_message(step, call, _validation_feedback(name, exc), status="error"))
+        args = _checked_args(flow, call)
+        if isinstance(args, ValidationError):
+            outcome.messages.append(_tool_message(step, call, _validation_feedback(name, args), status="error"))
             continue
         handler = step.tool_handler(name)
         if handler is None:
@@ -297,6 +305,18 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
         if transition.message is not None:
             outcome.extra, outcome.finish = transition.message, transition.finish
     return outcome
+
+
+def _checked_args(flow: Flow, call: dict[str, Any]) -> dict[str, Any] | ValidationError:
+    """The call's arguments validated against its tool schema, or the validation error."""
+    spec = flow.get_tool(call["name"])
+    raw = call.get("args") or {}
+    if spec is None:
+        return dict(raw)
+    try:
+        return spec.schema.model_validate(raw).model_dump()
+    except ValidationError as exc:
+        return exc
 
 
 def _tool_message(step: Step, call: dict[str, Any], content: str, status: str = "success") -> ToolMessageEx:

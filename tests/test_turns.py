@@ -540,3 +540,40 @@ async def test_builders_are_immutable():
     assert with_prompt.with_state({"a": 1}).prompt == "p"
     message = DirectMessage("NameStep", {"a": 1})
     assert isinstance(message, AIMessage) and message.content == '{"a": 1}'
+
+
+async def test_group_handler_calls_are_validated_before_the_handler_runs():
+    class BatchStep(Step):
+        runs: list = []
+
+        def define_tools(self) -> list[ToolSpec]:
+            return [ToolSpec(name="get_weather", description="Weather for a city", schema=CityArgs)]
+
+        @tool
+        async def get_weather(self, args: dict) -> object:
+            raise AssertionError("the group handler is authoritative")
+
+        @tools(["get_weather"])
+        async def batch(self, calls: list) -> object:
+            BatchStep.runs.append([c["args"] for c in calls])
+            return stay("ok")
+
+    class BatchFlow(Flow):
+        def config_model(self) -> ModelSelection:
+            return ModelSelection(provider="scripted", name="m")
+
+        def define_steps(self) -> list[Step]:
+            return [BatchStep(self)]
+
+    engine, model = scripted_engine(
+        [BatchFlow],
+        [call(("get_weather", {"city": "LA"}), ("get_weather", {"town": "NYC"})),
+         call(("get_weather", {"city": "LA"}), ("get_weather", {"city": "NYC"})), text("done")],
+    )
+    response = await engine.run("BatchFlow", "weather?")
+    assert response.message == "done"
+    first_results = [m for m in model.calls[1] if isinstance(m, ToolMessage)]
+    assert [m.status for m in first_results] == ["error", "error"]
+    assert "Invalid arguments for tool 'get_weather'" in first_results[1].content
+    assert first_results[0].content.startswith("Not run")
+    assert BatchStep.runs == [[{"city": "LA"}, {"city": "NYC"}]]
