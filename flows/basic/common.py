@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 from picoflow import TerminateSessionStep, Transition, go, tool
+from picoflow.parsing import parse_json
 from picoflow.prompts import load_prompt
 
 ROLE = load_prompt("role.md", __file__).strip()
 ABRUPT_END = load_prompt("abrupt_end.md", __file__).strip()
 ADDRESS_END = load_prompt("address_end.md", __file__).strip()
 
-_FENCED = re.compile(r"^```[\w-]*\s*(.*?)\s*```$", re.DOTALL)
 
 
 class ExitOnRequest:
@@ -30,13 +28,6 @@ class ExitOnRequest:
 
 def parse_json_object(text: str) -> dict[str, Any] | None:
     """Parse a model reply as one JSON object, tolerating a Markdown code fence; ``None`` otherwise."""
-    cleaned = text.strip()
-    fenced = _FENCED.match(cleaned)
-    if fenced:
-        cleaned = fenced.group(1)
-    try:
-        value = json.loads(cleaned)
-    except ValueError:
-        return None
+    value = parse_json(text)
     # A JSON array or scalar parses fine but is not an answer we can use.
     return value if isinstance(value, dict) else None

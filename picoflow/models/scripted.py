@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,14 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from picoflow.errors import PicoFlowError
 from picoflow.models.registry import ModelProvider
 from picoflow.models.selection import ModelSelection
+from picoflow.parsing import strip_fence
 
 Reply = AIMessage | Mapping[str, Any]
 
-_REPLY_KEYS = frozenset({"content", "tool_calls", "usage", "response_metadata", "delay", "error"})
+_REPLY_KEYS = frozenset({"content", "tool_calls", "usage", "response_metadata", "refusal", "delay", "error"})
 _USAGE_KEYS = frozenset(
     {"input_tokens", "output_tokens", "total_tokens", "input_token_details", "output_token_details"}
 )
-_FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```$", re.DOTALL)
 
 
 class ScriptedModelError(RuntimeError):
@@ -44,7 +43,9 @@ class ScriptedProvider(ModelProvider):
     A reply is an ``AIMessage`` or a dict with ``content`` (a string, or a dict sent as JSON),
     ``tool_calls`` (``[{"name", "args", "id"?}]``), ``usage`` (``input_tokens``, ``output_tokens`` and
     optionally ``total_tokens``, ``input_token_details``, ``output_token_details``), ``response_metadata``,
+    ``refusal`` (a provider refusal text, carried in ``additional_kwargs`` as OpenAI does),
     ``delay`` (seconds to wait before answering) and ``error`` (a message to raise instead of answering).
+    A provider block is scripted as ``{"response_metadata": {"finish_reason": "content_filter"}}``.
 
     For each call, ``calls`` holds copies of the messages the model received, ``tools`` the names of the
     tools bound to it and ``selections`` the model selection it was built for. Every chat model built by one
@@ -205,6 +206,7 @@ class _Turn:
             tool_calls=tool_calls,
             usage_metadata=_usage(reply.get("usage")),
             response_metadata=metadata,
+            additional_kwargs={"refusal": str(reply["refusal"])} if reply.get("refusal") else {},
         )
         return cls(message=message, error=None, delay=delay)
 
@@ -267,10 +269,7 @@ def _tool_names(tools: Any) -> list[str]:
 
 
 def _parse_structured(message: AIMessage, schema: dict[str, Any] | type) -> Any:
-    text = str(message.text).strip()
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1).strip()
+    text = strip_fence(str(message.text))
     if not text and not message.tool_calls:
         raise OutputParserException("The scripted reply carries neither JSON content nor a tool call.")
     try:
