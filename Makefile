@@ -18,7 +18,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -v
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
