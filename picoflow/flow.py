@@ -10,6 +10,15 @@ from picoflow.errors import PicoFlowError
 from picoflow.logger import SessionLogger
 from picoflow.memory import Memory
 from picoflow.models.selection import ModelSelection
+from picoflow.parallel import (
+    RunStepRequest,
+    active_scope,
+    check_depth,
+    execution_frame,
+    execution_frames,
+    read_only,
+    run_batch,
+)
 from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc
 from picoflow.step import Step, TerminateSessionStep, deep_merge, read_path
 from picoflow.tools import ToolSpec
@@ -19,6 +28,7 @@ if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
     from picoflow.engine import FlowEngine
+    from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
 
 
 class Flow:
@@ -44,7 +54,6 @@ class Flow:
         self._engine: FlowEngine | None = None
         self._current: str | None = None
         self._sequence: list[SequenceItem] = []
-        self._frames: list[Step] = []
 
     # -- subclass hooks -----------------------------------------------------------------------
 
@@ -77,6 +86,26 @@ class Flow:
         """Milliseconds since the document was last saved."""
         return int((datetime.now(UTC) - doc.save_on).total_seconds() * 1000)
 
+    def config_llm_call_policy(self) -> dict[str, Any]:
+        """Code-owned model-call policy, e.g. ``{"timeout_ms": 60_000}`` per attempt; steps may override it."""
+        return {}
+
+    def should_retry_llm_error(self, context: LlmAttemptErrorContext) -> bool | None:
+        """Consulted when a step's hook returns None: True retries, False stops, None keeps the default (retry)."""
+        return None
+
+    async def on_llm_error(self, context: LlmErrorContext) -> Any:
+        """Consulted when a step's ``on_llm_error`` returns None; None lets the failure propagate."""
+        return None
+
+    async def on_llm_blocked(self, context: LlmBlockedContext) -> Any:
+        """Consulted when a step's ``on_llm_blocked`` returns None; None lets the refusal propagate."""
+        return None
+
+    def config_parallel_execution(self) -> dict[str, Any]:
+        """Limits for nested execution: ``max_depth`` (8), ``max_invocations`` (256), ``cancellation_grace_ms``."""
+        return {}
+
     # -- context ------------------------------------------------------------------------------
 
     def get_context(self, path: str | None = None) -> Any:
@@ -84,9 +113,11 @@ class Flow:
         return copy.deepcopy(read_path(self._context, path))
 
     def add_context(self, data: dict[str, Any]) -> None:
+        self._refuse_in_worker("change the flow context")
         deep_merge(self._context, data)
 
     def set_context(self, context: dict[str, Any]) -> None:
+        self._refuse_in_worker("change the flow context")
         self._context = copy.deepcopy(context)
 
     # -- steps and state ----------------------------------------------------------------------
@@ -108,27 +139,42 @@ class Flow:
         return self._steps.get(self._current) if self._current else None
 
     def get_executing_step(self) -> Step | None:
-        return self._frames[-1] if self._frames else self.get_current_step()
+        """The innermost nested step running in this task, else the step under the cursor."""
+        frames = execution_frames(self)
+        return frames[-1] if frames else self.get_current_step()
 
     def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
-        return self.require_step(step_cls).get_state(key)
+        """A step's state (or one dotted path in it); inside a parallel worker, a copy of its snapshot."""
+        step = self.require_step(step_cls)
+        scope = active_scope(self)
+        if scope is None:
+            return step.get_state(key)
+        return copy.deepcopy(read_path(scope.read(step.id), key))
 
     def save_step_state(self, step_cls: type[Step] | str, data: dict[str, Any]) -> None:
-        self.require_step(step_cls).save_state(data)
+        self._state_owner(step_cls).save_state(data)
 
     def save_transient_step_state(self, step_cls: type[Step] | str, data: dict[str, Any]) -> None:
-        self.require_step(step_cls).save_transient_state(data)
+        self._state_owner(step_cls).save_transient_state(data)
 
     def get_transient_step_state(self, step_cls: type[Step] | str, path: str | None = None) -> Any:
-        return self.require_step(step_cls).get_transient_state(path)
+        return self._state_owner(step_cls).get_transient_state(path)
+
+    def _state_owner(self, step_cls: type[Step] | str) -> Step:
+        # Inside a worker, its own step's state lives on the worker instance, not on the registered one.
+        step = self.require_step(step_cls)
+        scope = active_scope(self)
+        return scope.step if scope is not None and scope.step.id == step.id else step
 
     # -- memory -------------------------------------------------------------------------------
 
     def get_memory(self, namespace: str | None = None) -> Any:
-        """The Memory container, or the live message list of one namespace."""
+        """The Memory container, or the live message list of one namespace (a private clone in a worker)."""
+        scope = active_scope(self)
+        memory = scope.memory if scope is not None else self._memory
         if namespace is None:
-            return self._memory
-        return self._memory.messages(namespace)
+            return memory
+        return memory.messages(namespace)
 
     # -- tools --------------------------------------------------------------------------------
 
@@ -144,6 +190,12 @@ class Flow:
     # -- session ------------------------------------------------------------------------------
 
     def get_session_doc(self) -> SessionDoc:
+        """The session document; inside a parallel worker, a read-only view of it."""
+        doc = self._require_doc()
+        scope = active_scope(self)
+        return doc if scope is None else read_only(doc, scope)
+
+    def _require_doc(self) -> SessionDoc:
         if self._doc is None:
             raise PicoFlowError("The session document is not loaded yet.")
         return self._doc
@@ -157,12 +209,18 @@ class Flow:
         return self._engine
 
     def mark_completed(self) -> None:
-        self.get_session_doc().run_status = "completed"
+        self._refuse_in_worker("complete the session")
+        self._require_doc().run_status = "completed"
+
+    async def checkpoint(self) -> None:
+        """Save the session now, through the engine's normal save path (used by root-join checkpoints)."""
+        self._refuse_in_worker("save the session")
+        await self.get_flow_engine()._save_session(self)
 
     @property
     def logger(self) -> SessionLogger:
-        """Writes entries into the session document's log arrays."""
-        return SessionLogger(self.get_session_doc())
+        """Writes entries into the session document's log arrays (workers log here too)."""
+        return SessionLogger(self._require_doc())
 
     def model_selection(self) -> ModelSelection:
         if self._model is None:
@@ -175,11 +233,7 @@ class Flow:
     async def goto(self, target: type[Step] | str) -> Step:
         """Move the durable cursor: ``on_exit`` on the old step, a sequence entry, ``on_enter`` on the new."""
         name = step_name(target)
-        if self._frames:
-            raise PicoFlowError(
-                f"Cannot goto '{name}' from a child execution frame. "
-                "Return a result to the owning step instead."
-            )
+        self.ensure_top_level(name)
         step = self.require_step(name)
         if name == self._current:
             return step
@@ -191,21 +245,50 @@ class Flow:
         await step.on_enter()
         return step
 
-    async def run_child(self, step_cls: type[Step] | str, user_message: str | None = None) -> Any:
-        """Run a registered step in a nested frame without moving the cursor."""
-        from picoflow.runner import run_nested
+    def ensure_top_level(self, target: str) -> None:
+        """Refuse to route while a nested child executes: only the owning step decides where to go."""
+        if not execution_frames(self):
+            return
+        message = f"Cannot goto '{target}' from a child execution frame. Return a result to the owning step instead."
+        scope = active_scope(self)
+        if scope is not None:
+            scope.refuse(message)
+        raise PicoFlowError(message)
 
+    async def run_child(self, step_cls: type[Step] | str, user_message: str | None = None) -> Any:
+        """Run a registered step in a nested frame without moving the cursor; return its output.
+
+        Inside a parallel worker this is a one-child atomic barrier, so the child stays isolated too.
+        """
+        if active_scope(self) is not None:
+            batch = await run_batch(
+                self.get_executing_step(),
+                [RunStepRequest(step=step_cls, user_message=user_message)],
+                failure_policy="atomic",
+            )
+            branch = batch.branches[0]
+            if branch.error is not None:
+                raise branch.error
+            return branch.output
         child = self.require_step(step_cls)
-        self._sequence.append(SequenceItem(level=len(self._frames) + 2, step_name=child.id))
-        self._frames.append(child)
-        try:
+        frames = execution_frames(self)
+        check_depth(self, len(frames) + 1)
+        self._sequence.append(SequenceItem(level=len(frames) + 2, step_name=child.id))
+        with execution_frame(child):
             await child.on_enter()
             try:
-                return await run_nested(self, child, user_message)
+                return await child.run(user_message)
             finally:
                 await child.on_exit()
-        finally:
-            self._frames.pop()
+
+    def extend_sequence(self, items: list[SequenceItem]) -> None:
+        """Append nested-execution entries to the sequence trace."""
+        self._sequence.extend(items)
+
+    def _refuse_in_worker(self, action: str) -> None:
+        scope = active_scope(self)
+        if scope is not None:
+            scope.refuse(f"A run_steps() worker cannot {action}.")
 
     # -- runtime plumbing (used by FlowEngine) ---------------------------------------------------
 
@@ -286,4 +369,5 @@ class Flow:
     def tally(self, message: BaseMessage) -> None:
         from picoflow.tokens import add_usage
 
-        add_usage(self.get_session_doc().tokens, message)
+        # Token accounting records attempted work, workers' included.
+        add_usage(self._require_doc().tokens, message)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import time
@@ -15,6 +16,22 @@ from pydantic import BaseModel, ValidationError
 from picoflow.compaction import summary_system_message
 from picoflow.errors import PicoFlowError
 from picoflow.messages import AiMessageEx, HumanMessageEx, ToolMessageEx, content_text, gen_message_id, is_direct
+from picoflow.models.selection import ModelSelection
+from picoflow.parallel import DirectResult, ParallelCancelledError, active_scope, current_signal
+from picoflow.recovery import (
+    Block,
+    LlmAttemptErrorContext,
+    LlmBlockedContext,
+    LlmErrorContext,
+    LlmErrorKind,
+    RetryWithModel,
+    StopReason,
+    blocked_error,
+    blocked_response,
+    handle_block,
+    recover_from_error,
+    should_retry,
+)
 from picoflow.transitions import TOOL_VALIDATED, Transition, _executing_handler_step, as_transition
 
 if TYPE_CHECKING:
@@ -39,6 +56,32 @@ class _ToolOutcome:
     messages: list[BaseMessage] = field(default_factory=list)
     extra: BaseMessage | None = None
     finish: bool = False
+    result: DirectResult | None = None
+
+
+@dataclass
+class ModelOutcome:
+    """An accepted model answer, or (``ai`` None) the answer a recovery hook gave instead."""
+
+    ai: AIMessage | None = None
+    parsed: Any = None
+    answer: Any = None
+    # The fallback model ``on_llm_error`` chose; it serves the step's later calls in this loop.
+    fallback: ModelSelection | None = None
+
+
+@dataclass
+class _Failure:
+    kind: LlmErrorKind
+    reason: str
+    message: str
+    attempts: int
+    error: BaseException | None = None
+    last_response: Any = None
+    stopped_because: StopReason = "attempts_exhausted"
+
+    def as_error(self) -> PicoFlowError:
+        return PicoFlowError(f"LLM call failed. Reason:{self.reason}. Error:{self.message}")
 
 
 async def run_turn(flow: Flow, user_message: str | None) -> Any:
@@ -46,18 +89,18 @@ async def run_turn(flow: Flow, user_message: str | None) -> Any:
     step = flow.get_executing_step()
     if step is None:
         raise PicoFlowError(f"Flow '{flow.id}' has no current step.")
+    return await step.run(user_message)
+
+
+async def run_model_loop(step: Step, user_message: str | None) -> Any:
+    """The default ``Step.run``: drive the executing step from ``user_message`` until it answers."""
     incoming = HumanMessageEx(step, user_message) if user_message else None
-    return await _drive(flow, incoming)
-
-
-async def run_nested(flow: Flow, child: Step, user_message: str | None) -> Any:
-    """Run a child step in the frame the flow just opened for it."""
-    incoming = HumanMessageEx(child, user_message) if user_message else None
-    return await _drive(flow, incoming)
+    return await _drive(step.flow, incoming)
 
 
 async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
     prior = flow.get_executing_step().id
+    fallback: tuple[str, ModelSelection] | None = None
     for _ in range(MAX_HOPS_PER_TURN):
         step = flow.get_executing_step()
         if step.id != prior:
@@ -80,29 +123,39 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         if pending is not None:
             step.get_memory().append(pending)
             pending = None
-        ai, parsed = await call_model(flow, step)
-        ai = ai.model_copy(update={"id": gen_message_id(step)})
+        outcome = await call_model(flow, step, fallback[1] if fallback and fallback[0] == step.id else None)
+        if outcome.fallback is not None:
+            fallback = (step.id, outcome.fallback)
 
-        if ai.tool_calls and parsed is None:
-            step.get_memory().append(ai)
-            outcome = await dispatch_tools(flow, step, ai)
-            step.get_memory().extend(outcome.messages)
-            if outcome.extra is not None and is_direct(outcome.extra):
-                if outcome.finish:
-                    flow.mark_completed()
-                flow.get_executing_step().get_memory().append(outcome.extra)
-                return content_text(outcome.extra.content)
-            pending = outcome.extra
-            continue
+        model_text = None
+        if outcome.ai is None:
+            answer = outcome.answer
+        else:
+            ai = outcome.ai.model_copy(update={"id": gen_message_id(step)})
+            if ai.tool_calls and outcome.parsed is None:
+                step.get_memory().append(ai)
+                tools = await dispatch_tools(flow, step, ai)
+                step.get_memory().extend(tools.messages)
+                if tools.result is not None:
+                    return tools.result.value
+                if tools.extra is not None and is_direct(tools.extra):
+                    if tools.finish:
+                        flow.mark_completed()
+                    flow.get_executing_step().get_memory().append(tools.extra)
+                    return content_text(tools.extra.content)
+                pending = tools.extra
+                continue
+            result = outcome.parsed if outcome.parsed is not None else content_text(ai.content)
+            answer = await step.on_response(result)
+            model_text = content_text(ai.content) or _as_text(outcome.parsed)
 
-        result = parsed if parsed is not None else content_text(ai.content)
-        answer = await step.on_response(result)
         transition = _response_transition(flow, answer)
         if transition is None:
-            text = answer if isinstance(answer, str) else json.dumps(answer)
+            text = _as_text(answer)
             step.get_memory().append(AiMessageEx(step, text))
             return text
-        step.get_memory().append(AiMessageEx(step, content_text(ai.content) or _as_text(parsed)))
+        if model_text is not None:
+            step.get_memory().append(AiMessageEx(step, model_text))
         await apply_transition(flow, transition)
         pending = transition.message
         if pending is not None and is_direct(pending):
@@ -132,6 +185,8 @@ def _response_transition(flow: Flow, answer: Any) -> Transition | None:
 async def apply_transition(flow: Flow, transition: Transition) -> Step:
     """Apply one transition in the fixed order: goto, prompt, state, content type."""
     executing = flow.get_executing_step()
+    # Nested children compute; any route they return (stay and direct included) belongs to their owner.
+    flow.ensure_top_level(transition.step or executing.id)
     if transition.finish or not transition.step or transition.step == executing.id:
         destination = executing
     else:
@@ -161,9 +216,71 @@ def build_request(step: Step) -> list[BaseMessage]:
     return request
 
 
-async def call_model(flow: Flow, step: Step) -> tuple[AIMessage, Any]:
-    """One accepted model result for ``step``: (the AI message, the parsed structured output or None)."""
-    selection = step.model_selection()
+async def call_model(flow: Flow, step: Step, fallback: ModelSelection | None = None) -> ModelOutcome:
+    """One accepted model result for ``step``, or the answer of its recovery hooks.
+
+    Ordinary attempts use the step's selection and its attempt budget; a ``fallback`` (chosen earlier
+    by ``on_llm_error``) gets one attempt per call and cannot be replaced by a second fallback.
+    """
+    selection = fallback or step.model_selection()
+    outcome = await _attempts(flow, step, selection, 1 if fallback else selection.retry_attempts)
+    if isinstance(outcome, ModelOutcome):
+        return outcome
+    answer = await _recover(flow, step, selection, outcome)
+    if isinstance(answer, RetryWithModel) and fallback is None:
+        alternate = answer.selection
+        outcome = await _attempts(flow, step, alternate, 1)
+        if isinstance(outcome, ModelOutcome):
+            outcome.fallback = alternate
+            return outcome
+        answer = await _recover(flow, step, alternate, outcome)
+    if isinstance(answer, RetryWithModel):
+        raise PicoFlowError(f"Step '{step.id}' asked for a second fallback model in one recovery sequence.")
+    return ModelOutcome(answer=answer)
+
+
+async def _recover(flow: Flow, step: Step, selection: ModelSelection, failure: _Failure) -> Any:
+    signal = current_signal(flow)
+    context = LlmErrorContext(
+        kind=failure.kind,
+        step_id=step.id,
+        provider=selection.provider,
+        model=selection.name,
+        attempts=failure.attempts,
+        stopped_because=failure.stopped_because,
+        error=failure.error,
+        last_response=failure.last_response,
+        signal=signal,
+    )
+    answer = await recover_from_error(step, context)
+    # Cancellation wins over whatever a recovery hook produced meanwhile.
+    if signal is not None:
+        signal.raise_if_cancelled()
+    if answer is None:
+        raise failure.as_error() from failure.error
+    return answer
+
+
+async def _blocked(flow: Flow, step: Step, selection: ModelSelection, block: Block) -> ModelOutcome:
+    signal = current_signal(flow)
+    flow.logger.warn("model call blocked by the provider", step=step.id, reason=block.reason, phase=block.phase)
+    context = LlmBlockedContext(
+        step_id=step.id,
+        provider=selection.provider,
+        model=selection.name,
+        reason=block.reason,
+        raw_reason=block.raw_reason,
+        phase=block.phase,
+        details=block.details,
+        signal=signal,
+    )
+    answer = await handle_block(step, context)
+    if signal is not None:
+        signal.raise_if_cancelled()
+    return ModelOutcome(answer=answer)
+
+
+async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: int) -> ModelOutcome | _Failure:
     engine = flow.get_flow_engine()
     model = engine.providers.chat_model(selection)
     specs = [flow.require_tool(name) for name in step.exposed_tool_names()]
@@ -174,48 +291,101 @@ async def call_model(flow: Flow, step: Step) -> tuple[AIMessage, Any]:
         runnable = model.bind_tools([spec.as_model_tool() for spec in specs])
     else:
         runnable = model
+    signal = current_signal(flow)
 
-    reason, failure = "unknown", "no attempt was made"
-    for attempt in range(1, selection.retry_attempts + 1):
+    failure = _Failure("invocation_error", "unknown", "no attempt was made", attempts=0)
+    for attempt in range(1, budget + 1):
         if attempt > 1 and engine.retry_delay:
             await asyncio.sleep(engine.retry_delay)
-        timeout = _remaining_time(flow)
+        if signal is not None:
+            signal.raise_if_cancelled()
+        timeout = _attempt_timeout(flow, step)
+        request = build_request(step)
         try:
-            output = await asyncio.wait_for(runnable.ainvoke(build_request(step)), timeout)
-        except TimeoutError:
-            reason, failure = "timeout", f"the model call exceeded {timeout:.1f}s"
+            output = await _invoke(runnable, request, timeout, signal)
+        except TimeoutError as exc:
+            limit = f"{timeout * 1000:.0f} ms"
+            failure = _Failure("invocation_error", "timeout", f"the model call exceeded {limit}", attempt, exc)
             flow.logger.warn("model attempt timed out", step=step.id, attempt=attempt)
-            continue
+        except ParallelCancelledError:
+            raise
         except Exception as exc:  # noqa: BLE001 - any provider error counts as a failed attempt
-            reason, failure = "error", f"{type(exc).__name__}: {exc}"
+            block = blocked_error(exc)
+            if block is not None:
+                return await _blocked(flow, step, selection, block)
+            failure = _Failure("invocation_error", "error", f"{type(exc).__name__}: {exc}", attempt, exc)
             flow.logger.warn("model attempt failed", step=step.id, attempt=attempt, error=type(exc).__name__)
-            continue
-
-        parsed = None
-        if schema is not None:
-            ai = output.get("raw")
-            parsed = output.get("parsed")
+        else:
+            ai = output.get("raw") if schema is not None else output
             if isinstance(ai, AIMessage):
                 flow.tally(ai)
-            if parsed is None:
-                reason, failure = "parse", str(output.get("parsing_error") or "no structured output")
-                flow.logger.warn("model attempt returned unusable structured output", step=step.id, attempt=attempt)
-                continue
-            if not isinstance(ai, AIMessage):
-                ai = AIMessage(content=_as_text(parsed))
-        else:
-            ai = output
-            flow.tally(ai)
-            if not ai.tool_calls and not content_text(ai.content).strip():
+            block = blocked_response(ai)
+            if block is not None:
+                # A refusal is final for this call: no ordinary retry and no on_llm_error.
+                return await _blocked(flow, step, selection, block)
+            parsed = None
+            if schema is not None:
+                parsed = output.get("parsed")
+                if parsed is None:
+                    problem = str(output.get("parsing_error") or "no structured output")
+                    failure = _Failure("empty_response", "parse", problem, attempt, last_response=ai)
+                    flow.logger.warn("model attempt returned unusable structured output", step=step.id, attempt=attempt)
+                    continue
+                if not isinstance(ai, AIMessage):
+                    ai = AIMessage(content=_as_text(parsed))
+            elif not ai.tool_calls and not content_text(ai.content).strip():
                 reason = str(ai.response_metadata.get("finish_reason") or "empty")
-                failure = "the model returned an empty response"
+                failure = _Failure("empty_response", reason, "the model returned an empty response", attempt,
+                                   last_response=ai)
                 step.get_memory().append(HumanMessageEx(step, EMPTY_RESPONSE_NUDGE))
                 continue
-        if step.check_response(parsed if parsed is not None else ai):
-            reason, failure = "rejected", "check_response() rejected the result"
-            continue
-        return ai, parsed
-    raise PicoFlowError(f"LLM call failed. Reason:{reason}. Error:{failure}")
+            if step.check_response(parsed if parsed is not None else ai):
+                failure = _Failure("response_rejected", "rejected", "check_response() rejected the result", attempt,
+                                   last_response=parsed if parsed is not None else ai)
+                continue
+            return ModelOutcome(ai=ai, parsed=parsed)
+        if attempt < budget:
+            context = LlmAttemptErrorContext(
+                step_id=step.id,
+                provider=selection.provider,
+                model=selection.name,
+                error=failure.error,
+                attempt=attempt,
+                max_attempts=budget,
+                signal=signal,
+            )
+            if not should_retry(step, context):
+                failure.stopped_because = "retry_declined"
+                break
+    return failure
+
+
+async def _invoke(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any) -> Any:
+    """One model invocation, bounded by ``timeout`` and abandoned as soon as ``signal`` is cancelled."""
+    if signal is None:
+        return await asyncio.wait_for(runnable.ainvoke(request), timeout)
+    call = asyncio.ensure_future(runnable.ainvoke(request))
+    stop = asyncio.ensure_future(signal.wait())
+    try:
+        done, _ = await asyncio.wait({call, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not call.done():
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+    if call in done:
+        return call.result()
+    signal.raise_if_cancelled()
+    raise TimeoutError
+
+
+def _attempt_timeout(flow: Flow, step: Step) -> float | None:
+    """Seconds for one attempt: the step's call policy, bounded by what is left of the turn."""
+    remaining = _remaining_time(flow)
+    policy_ms = step.get_llm_call_policy().timeout_ms
+    limits = [limit for limit in (remaining, policy_ms / 1000 if policy_ms else None) if limit is not None]
+    return min(limits) if limits else None
 
 
 def _remaining_time(flow: Flow) -> float | None:
@@ -271,7 +441,12 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
                 outcome.messages.append(_tool_message(step, call, feedback, status="error"))
             return outcome
         validated = [{**call, "args": args} for call, args in checked]
-        transition = _group_route(step, group.__name__, await _call_handler(step, group, validated))
+        returned = await _call_handler(step, group, validated)
+        if isinstance(returned, DirectResult):
+            outcome.result = _worker_result(flow, step, returned)
+            outcome.messages.extend(_tool_message(step, call, TOOL_VALIDATED) for call in calls)
+            return outcome
+        transition = _group_route(step, group.__name__, returned)
         await apply_transition(flow, transition)
         for call in calls:
             outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
@@ -296,7 +471,12 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
             flow.logger.warn(f"missing tool handler: {name}", step=step.id)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
             continue
-        transition = as_transition(await _call_handler(step, handler, args))
+        returned = await _call_handler(step, handler, args)
+        if isinstance(returned, DirectResult):
+            outcome.result = _worker_result(flow, step, returned)
+            outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
+            continue
+        transition = as_transition(returned)
         if transition is None:
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
             continue
@@ -307,6 +487,13 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
     return outcome
 
 
+def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult:
+    scope = active_scope(flow)
+    if scope is None or scope.step is not step:
+        raise PicoFlowError("direct_result() can only be returned by a tool handler of a run_steps() worker.")
+    return result
+
+
 def _checked_args(flow: Flow, call: dict[str, Any]) -> dict[str, Any] | ValidationError:
     """The call's arguments validated against its tool schema, or the validation error."""
     spec = flow.get_tool(call["name"])
@@ -314,7 +501,7 @@ def _checked_args(flow: Flow, call: dict[str, Any]) -> dict[str, Any] | Validati
     if spec is None:
         return dict(raw)
     try:
-        return spec.schema.model_validate(raw).model_dump()
+        return spec.schema.model_validate(raw).model_dump(mode="json")
     except ValidationError as exc:
         return exc
 

@@ -13,6 +13,26 @@ from pydantic import BaseModel
 from picoflow.errors import PicoFlowError
 from picoflow.messages import HumanMessageEx, message_step
 from picoflow.models.selection import ModelSelection
+from picoflow.parallel import (
+    CancellationSignal,
+    Checkpoint,
+    FailurePolicy,
+    ParallelBatchResult,
+    ParallelInvocation,
+    RunStepRequest,
+    StateChannel,
+    contribute,
+    invocation_of,
+    record_state_write,
+    run_batch,
+)
+from picoflow.recovery import (
+    LlmAttemptErrorContext,
+    LlmBlockedContext,
+    LlmCallPolicy,
+    LlmErrorContext,
+    resolve_call_policy,
+)
 from picoflow.session.document import StepDoc, format_timestamp, validate_namespace
 from picoflow.tools import ToolSpec, decorated_tools, exposed_order, group_handlers
 from picoflow.transitions import PLAIN_TEXT, Transition, go
@@ -144,6 +164,37 @@ class Step:
         """Return True to reject this model result and ask for another one."""
         return False
 
+    async def run(self, user_message: str | None = None) -> Any:
+        """Execute this step: by default the model loop, starting from ``user_message`` when given.
+
+        Override to prepare state (then call ``super().run(...)``) or to compute a nested worker's output.
+        """
+        from picoflow.runner import run_model_loop
+
+        return await run_model_loop(self, user_message)
+
+    # -- model-call policy and recovery ---------------------------------------------------------
+
+    def config_llm_call_policy(self) -> dict[str, Any]:
+        """Override the flow's call policy: omit ``timeout_ms`` to inherit, an int replaces, None removes."""
+        return {}
+
+    def get_llm_call_policy(self) -> LlmCallPolicy:
+        """The flow's call policy with this step's override applied."""
+        return resolve_call_policy(self.flow.config_llm_call_policy(), self.config_llm_call_policy())
+
+    def should_retry_llm_error(self, context: LlmAttemptErrorContext) -> bool | None:
+        """After a model invocation raised: True retries, False stops, None asks the flow."""
+        return None
+
+    async def on_llm_error(self, context: LlmErrorContext) -> Any:
+        """Once a model call failed for good: a reply, a route, ``retry_with_model(...)``, or None for the flow."""
+        return None
+
+    async def on_llm_blocked(self, context: LlmBlockedContext) -> Any:
+        """When the provider refused or filtered the call: a safe reply or a route, or None for the flow."""
+        return None
+
     def struct_output_schema(self) -> type[BaseModel] | dict[str, Any] | None:
         """A schema to constrain the model's answer, or None for free text."""
         return None
@@ -161,6 +212,7 @@ class Step:
         """Replace ``data``'s first key, deep-merge the rest, and stamp ``_saveOn``."""
         if not data:
             return
+        record_state_write(self, list(data))
         first = next(iter(data))
         self._state.pop(first, None)
         deep_merge(self._state, data)
@@ -171,10 +223,12 @@ class Step:
         return read_path(self._state, path)
 
     def remove_state(self, key: str) -> None:
+        record_state_write(self, [key])
         self._state.pop(key, None)
 
     def save_transient_state(self, data: dict[str, Any]) -> None:
         """Keep ``data`` for this request only; it is never persisted."""
+        record_state_write(self, [])
         deep_merge(self._state.setdefault(TRANSIENT_KEY, {}), data)
 
     def get_transient_state(self, path: str | None = None) -> Any:
@@ -226,6 +280,45 @@ class Step:
         """Run a registered child step inside this turn and return its answer; the cursor stays put."""
         return await self.flow.run_child(step_cls, user_message)
 
+    async def run_steps(
+        self,
+        requests: list[RunStepRequest | dict[str, Any] | type[Step] | str],
+        *,
+        failure_policy: FailurePolicy = "retain-successes",
+        max_concurrency: int | None = None,
+        checkpoint: Checkpoint = "none",
+        signal: CancellationSignal | None = None,
+    ) -> ParallelBatchResult:
+        """Run isolated workers of registered steps concurrently and publish their state at the join.
+
+        Branch results come back in request order. ``failure_policy="atomic"`` publishes nothing when a
+        branch fails; ``checkpoint="root-join"`` saves the session right after a top-level join.
+        """
+        return await run_batch(
+            self,
+            requests,
+            failure_policy=failure_policy,
+            max_concurrency=max_concurrency,
+            checkpoint=checkpoint,
+            signal=signal,
+        )
+
+    def parallel_state_channels(self) -> dict[str, StateChannel]:
+        """State fields that parallel workers combine through ``contribute_state`` (see ``StepChannels``)."""
+        return {}
+
+    def parallel_params_schema(self) -> type[BaseModel] | None:
+        """A pydantic model that every ``run_steps`` request's params for this step must satisfy."""
+        return None
+
+    def contribute_state(self, name: str, value: Any) -> None:
+        """From a worker: add ``value`` to the channel ``name``; contributions reduce in request order."""
+        contribute(self, name, value)
+
+    def get_parallel_invocation(self) -> ParallelInvocation:
+        """From a worker: its read-only params, branch key, request index, path and cancellation signal."""
+        return invocation_of(self)
+
     # -- tools (runtime) ----------------------------------------------------------------------
 
     def exposed_tool_names(self) -> list[str]:
@@ -248,6 +341,15 @@ class Step:
         return getattr(self, method) if method else None
 
     # -- persistence (runtime) ------------------------------------------------------------------
+
+    def new_worker(self, state: dict[str, Any]) -> Step:
+        """A fresh instance for one parallel invocation, configured like this one, owning ``state``."""
+        worker = type(self)(self.flow)
+        worker._namespace = self._namespace
+        worker._model_override = self._model_override
+        worker._content_type = self._content_type
+        worker._state = state
+        return worker
 
     def read_doc(self, doc: StepDoc) -> None:
         self._state = copy.deepcopy(doc.state)

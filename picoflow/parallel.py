@@ -1,0 +1,898 @@
+"""Nested and parallel child execution: execution frames, isolated workers, state channels and the join.
+
+``Step.run_steps()`` forks one fresh worker per request. A worker sees a read-only snapshot of the
+flow (context, session document, other steps' state) taken at the fork, owns a private copy of its
+own state and a private clone of the memory it reads, and proposes state changes that the join
+validates and publishes in request order — never in completion order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import copy
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
+
+from pydantic import BaseModel, ValidationError
+
+from picoflow.errors import PicoFlowError
+from picoflow.memory import Memory, Namespace
+from picoflow.session.document import SequenceItem, format_timestamp, validate_namespace
+
+if TYPE_CHECKING:
+    from picoflow.flow import Flow
+    from picoflow.step import Step
+
+FailurePolicy = Literal["retain-successes", "atomic"]
+Checkpoint = Literal["none", "root-join"]
+
+SAVE_ON_FIELD = "_saveOn"
+# Framework-owned state keys: stamped at publication or never published at all.
+_UNPUBLISHED_FIELDS = frozenset({SAVE_ON_FIELD, "_transient"})
+
+
+class _Absent:
+    """Marks a state field that a worker removed; copies keep the identity so ``is ABSENT`` holds."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+    def __copy__(self) -> _Absent:
+        return self
+
+    def __deepcopy__(self, _memo: dict[int, Any]) -> _Absent:
+        return self
+
+
+ABSENT = _Absent()
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+class ParallelExecutionError(PicoFlowError):
+    """A framework failure of a run_steps() barrier: it raises and publishes none of the batch's state."""
+
+    code = "PARALLEL_EXECUTION"
+
+
+class ParallelMutationError(ParallelExecutionError):
+    """A worker tried to change something outside its own private state and memory."""
+
+    code = "PARALLEL_MUTATION"
+
+
+class ParallelStateConflictError(ParallelExecutionError):
+    """Two branches proposed replacements for the same state field (or replaced a reduced one)."""
+
+    code = "PARALLEL_STATE_CONFLICT"
+
+
+class ParallelDuplicateKeyError(ParallelExecutionError):
+    """Two requests of one batch share a branch key."""
+
+    code = "PARALLEL_DUPLICATE_KEY"
+
+
+class ParallelCancelledError(PicoFlowError):
+    """A branch stopped (or never started) because its batch was cancelled; an ordinary rejection."""
+
+    code = "PARALLEL_CANCELLED"
+
+
+# -- cancellation --------------------------------------------------------------------------------
+
+
+class CancellationSignal:
+    """A cooperative cancellation flag; cancelling it also cancels every signal linked below it."""
+
+    def __init__(self, *parents: CancellationSignal | None) -> None:
+        self._event = asyncio.Event()
+        self._children: list[CancellationSignal] = []
+        self.reason: str | None = None
+        for parent in parents:
+            if parent is None:
+                continue
+            parent._children.append(self)
+            if parent.cancelled:
+                self.cancel(parent.reason or "cancelled")
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        if self._event.is_set():
+            return
+        self.reason = reason
+        self._event.set()
+        for child in self._children:
+            child.cancel(reason)
+
+    async def wait(self) -> None:
+        """Return once the signal is cancelled."""
+        await self._event.wait()
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled:
+            raise ParallelCancelledError(f"The work was cancelled: {self.reason}.")
+
+
+# -- requests and results ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunStepRequest:
+    """One child invocation of ``run_steps()``; ``key`` is required when the class appears more than once."""
+
+    step: Any
+    key: str | None = None
+    params: Mapping[str, Any] | None = None
+    user_message: str | None = None
+
+
+@dataclass(frozen=True)
+class ParallelInvocation:
+    """What a worker knows about its own invocation (``Step.get_parallel_invocation()``)."""
+
+    params: Mapping[str, Any]
+    key: str
+    index: int
+    path: tuple[int, ...]
+    signal: CancellationSignal
+
+
+@dataclass(frozen=True)
+class BranchResult:
+    """The outcome of one request, in request order."""
+
+    index: int
+    key: str
+    step: str
+    status: Literal["fulfilled", "rejected"]
+    output: Any = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class ParallelBatchResult:
+    """All branches in request order, whether their state was published and whether the batch was cancelled."""
+
+    branches: tuple[BranchResult, ...]
+    published: bool
+    checkpointed: bool = False
+    cancelled: bool = False
+
+    @property
+    def fulfilled(self) -> tuple[BranchResult, ...]:
+        return tuple(branch for branch in self.branches if branch.status == "fulfilled")
+
+    @property
+    def rejected(self) -> tuple[BranchResult, ...]:
+        return tuple(branch for branch in self.branches if branch.status == "rejected")
+
+
+@dataclass(frozen=True)
+class DirectResult:
+    """A worker tool's answer that ends the worker with ``value`` as its output (no further model call)."""
+
+    value: Any
+
+
+def direct_result(value: Any) -> DirectResult:
+    """From a tool handler of a ``run_steps()`` worker: stop that worker and use ``value`` as its output."""
+    check_json(value, "The direct_result() value")
+    return DirectResult(copy.deepcopy(value))
+
+
+def check_json(value: Any, what: str) -> None:
+    """Raise ``ParallelExecutionError`` unless ``value`` is plain JSON data."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ParallelExecutionError(f"{what} is not JSON-compatible: {exc}") from exc
+
+
+# -- state channels ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """One ``contribute_state()`` call, ordered at the join by its request path."""
+
+    path: tuple[int, ...]
+    key: str
+    step_id: str
+    channel: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class StateChannel:
+    """How contributions to one state field combine: ``reduce(current, value, branch_key) -> new``."""
+
+    reduce: Callable[[Any, Any, str], Any]
+    single_writer: bool = False
+
+
+def _sum(current: Any, value: Any, _key: str) -> Any:
+    for operand in (current, value):
+        if isinstance(operand, bool) or not isinstance(operand, int | float):
+            raise TypeError(f"sum() adds numbers, got {type(operand).__name__}")
+    return current + value
+
+
+def _append(current: Any, value: Any, _key: str) -> list[Any]:
+    return [*current, value]
+
+
+def _keyed(current: Any, value: Any, key: str) -> dict[str, Any]:
+    if key in current:
+        raise ParallelStateConflictError(f"Two contributions are keyed by branch '{key}'.")
+    return {**current, key: value}
+
+
+def _merge_record(current: Any, value: Any, _key: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"merge_record() merges dicts, got {type(value).__name__}")
+    return {**current, **value}
+
+
+class StepChannels:
+    """Built-in reducers for ``Step.parallel_state_channels()``."""
+
+    @staticmethod
+    def single_writer() -> StateChannel:
+        """At most one contribution per join; a second one is a conflict."""
+        return StateChannel(lambda _current, value, _key: value, single_writer=True)
+
+    @staticmethod
+    def reduced(reducer: Callable[[Any, Any], Any], initial: Any = None) -> StateChannel:
+        """A custom reducer ``reducer(current, value)``; ``initial`` stands in for a missing field."""
+
+        def reduce(current: Any, value: Any, _key: str) -> Any:
+            return reducer(copy.deepcopy(initial) if current is None else current, value)
+
+        return StateChannel(reduce)
+
+    @staticmethod
+    def sum() -> StateChannel:
+        """Add numbers to the field (a missing field counts as 0)."""
+        return StateChannel(lambda current, value, key: _sum(0 if current is None else current, value, key))
+
+    @staticmethod
+    def append() -> StateChannel:
+        """Append each contribution to a list."""
+        return StateChannel(lambda current, value, key: _append(current or [], value, key))
+
+    @staticmethod
+    def append_unique_by(identity: str | Callable[[Any], Any]) -> StateChannel:
+        """Append contributions whose identity (a dict field name or a function) is not in the list yet."""
+
+        def ident(item: Any) -> Any:
+            if callable(identity):
+                return identity(item)
+            return item.get(identity) if isinstance(item, Mapping) else item
+
+        def reduce(current: Any, value: Any, _key: str) -> list[Any]:
+            items = list(current or [])
+            if any(ident(item) == ident(value) for item in items):
+                return items
+            return [*items, value]
+
+        return StateChannel(reduce)
+
+    @staticmethod
+    def keyed_by_branch() -> StateChannel:
+        """A dict of contributions keyed by the contributing branch's key."""
+        return StateChannel(lambda current, value, key: _keyed(current or {}, value, key))
+
+    @staticmethod
+    def merge_record() -> StateChannel:
+        """Shallow-merge dict contributions into a dict, later request paths winning."""
+        return StateChannel(lambda current, value, key: _merge_record(current or {}, value, key))
+
+
+# -- execution context ---------------------------------------------------------------------------
+
+# The nested steps executing in this asyncio task (innermost last) and its parallel worker scope.
+# Context variables give every worker task its own view, where a list on the flow would be shared.
+_frames: contextvars.ContextVar[tuple[Step, ...]] = contextvars.ContextVar("picoflow_frames", default=())
+_scope: contextvars.ContextVar[WorkerScope | None] = contextvars.ContextVar("picoflow_worker_scope", default=None)
+
+
+def execution_frames(flow: Flow) -> tuple[Step, ...]:
+    """The child steps of ``flow`` executing in the current task, outermost first."""
+    return tuple(step for step in _frames.get() if step.flow is flow)
+
+
+@contextlib.contextmanager
+def execution_frame(step: Step) -> Iterator[None]:
+    """Make ``step`` the innermost executing step for the duration of the block."""
+    token = _frames.set((*_frames.get(), step))
+    try:
+        yield
+    finally:
+        _frames.reset(token)
+
+
+def active_scope(flow: Flow) -> WorkerScope | None:
+    """The parallel worker scope the current task runs in, if any."""
+    scope = _scope.get()
+    return scope if scope is not None and scope.flow is flow else None
+
+
+def current_signal(flow: Flow) -> CancellationSignal | None:
+    scope = active_scope(flow)
+    return scope.invocation.signal if scope is not None else None
+
+
+def record_state_write(step: Step, fields: Sequence[str]) -> None:
+    """Allow a state write only on the worker's own step, and remember which fields it replaces."""
+    scope = active_scope(step.flow)
+    if scope is None:
+        return
+    if step is not scope.step:
+        scope.refuse(f"A run_steps() worker cannot change the state of step '{step.id}'; only its own.")
+    scope.touched.setdefault(step.id, set()).update(f for f in fields if f not in _UNPUBLISHED_FIELDS)
+
+
+@dataclass(frozen=True)
+class ParallelSettings:
+    """Limits of nested execution (``Flow.config_parallel_execution()``)."""
+
+    max_depth: int = 8
+    max_invocations: int = 256
+    cancellation_grace_ms: int = 1000
+
+
+def parallel_settings(flow: Flow) -> ParallelSettings:
+    raw = flow.config_parallel_execution() or {}
+    try:
+        settings = ParallelSettings(**raw)
+    except TypeError as exc:
+        raise ParallelExecutionError(f"Invalid config_parallel_execution(): {exc}") from exc
+    for name, minimum in (("max_depth", 1), ("max_invocations", 1), ("cancellation_grace_ms", 0)):
+        value = getattr(settings, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ParallelExecutionError(f"config_parallel_execution() {name} must be an integer >= {minimum}.")
+    return settings
+
+
+def check_depth(flow: Flow, depth: int) -> None:
+    """Refuse nesting deeper than the flow allows (``depth`` 1 is a direct child of the turn's step)."""
+    limit = parallel_settings(flow).max_depth
+    if depth > limit:
+        raise ParallelExecutionError(f"Nested execution in flow '{flow.id}' is limited to a depth of {limit}.")
+
+
+# -- read-only views -----------------------------------------------------------------------------
+
+_MUTATORS = frozenset(
+    {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem", "sort", "reverse",
+     "add", "discard"}
+)
+_SCALARS = (str, bytes, int, float, bool, type(None), datetime, date, Enum)
+
+
+def read_only(value: Any, scope: WorkerScope) -> Any:
+    """``value`` itself when it is immutable, else a view whose every write raises ``ParallelMutationError``."""
+    # Methods pass through: the pydantic ones a worker would call (model_dump, model_copy) return copies.
+    if isinstance(value, _SCALARS) or callable(value):
+        return value
+    return ReadOnlyView(value, scope)
+
+
+class ReadOnlyView:
+    """A read-through view of shared data handed to a worker; writes are refused and recorded."""
+
+    __slots__ = ("_scope", "_target")
+
+    def __init__(self, target: Any, scope: WorkerScope) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_scope", scope)
+
+    def _refuse(self, *_args: Any, **_kwargs: Any) -> NoReturn:
+        self._scope.refuse("A run_steps() worker cannot change a shared snapshot (session, context or params).")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _MUTATORS:
+            self._refuse()
+        return read_only(getattr(self._target, name), self._scope)
+
+    __setattr__ = __delattr__ = __setitem__ = __delitem__ = _refuse
+
+    def __getitem__(self, key: Any) -> Any:
+        return read_only(self._target[key], self._scope)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return read_only(self._target.get(key, default), self._scope)
+
+    def keys(self) -> Any:
+        return self._target.keys()
+
+    def values(self) -> list[Any]:
+        return [read_only(value, self._scope) for value in self._target.values()]
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(key, read_only(value, self._scope)) for key, value in self._target.items()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return (read_only(item, self._scope) for item in self._target)
+
+    def __len__(self) -> int:
+        return len(self._target)
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self._target
+
+    def __eq__(self, other: Any) -> bool:
+        return self._target == (other._target if isinstance(other, ReadOnlyView) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyView({self._target!r})"
+
+
+# -- worker scope --------------------------------------------------------------------------------
+
+
+class WorkerMemory(Memory):
+    """A worker's private memory: each namespace is cloned from the parent's view on first use."""
+
+    def __init__(self, source: Memory, scope: WorkerScope) -> None:
+        super().__init__()
+        self._source = source
+        self._scope = scope
+        self.summary_model = source.summary_model
+        self.summary_config = source.summary_config
+        self.summary_namespaces = set(source.summary_namespaces)
+
+    def namespace(self, name: str) -> Namespace:
+        space = self._spaces.get(name)
+        if space is None:
+            validate_namespace(name)
+            inherited = name in self._source.names()
+            space = copy.deepcopy(self._source.namespace(name)) if inherited else Namespace()
+            self._spaces[name] = space
+        return space
+
+    def names(self) -> list[str]:
+        return list(dict.fromkeys([*self._spaces, *self._source.names()]))
+
+    def _refuse(self, *_args: Any, **_kwargs: Any) -> NoReturn:
+        self._scope.refuse("A run_steps() worker cannot replace or reconfigure the flow memory.")
+
+    set_summary_model = set_summary_config = enable_summary = load = _refuse  # type: ignore[assignment]
+
+
+class _Budget:
+    """The invocation allowance shared by a root batch and every batch nested in it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def reserve(self, count: int) -> None:
+        if self.used + count > self.limit:
+            raise ParallelExecutionError(f"run_steps() is limited to {self.limit} invocations per root batch.")
+        self.used += count
+
+
+class WorkerScope:
+    """Everything private to one worker: its step instance, state view, memory and proposed changes."""
+
+    def __init__(
+        self,
+        flow: Flow,
+        step: Step,
+        *,
+        shared: Mapping[str, dict[str, Any]],
+        memory_source: Memory,
+        budget: _Budget,
+        level: int,
+    ) -> None:
+        self.flow = flow
+        self.step = step
+        self.invocation: ParallelInvocation
+        self.shared = shared
+        self.local: dict[str, dict[str, Any]] = {}
+        self.touched: dict[str, set[str]] = {}
+        self.contributions: list[Contribution] = []
+        self.sequence: list[SequenceItem] = []
+        self.memory = WorkerMemory(memory_source, self)
+        self.budget = budget
+        self.level = level
+        self.violation: ParallelMutationError | None = None
+
+    def read(self, step_id: str) -> dict[str, Any]:
+        """This worker's view of a step's state (never copy-free for others: callers copy)."""
+        return self.local[step_id] if step_id in self.local else self.shared[step_id]
+
+    def materialize(self, step_id: str) -> dict[str, Any]:
+        """A private, writable copy of a step's state, for publication of nested joins into this scope."""
+        if step_id not in self.local:
+            self.local[step_id] = copy.deepcopy(self.shared[step_id])
+        return self.local[step_id]
+
+    def refuse(self, message: str) -> NoReturn:
+        """Raise ``ParallelMutationError`` and remember it, so the join fails even if the worker catches it."""
+        error = ParallelMutationError(message)
+        if self.violation is None:
+            self.violation = error
+        raise error
+
+
+# -- the barrier ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Branch:
+    index: int
+    key: str
+    registered: Step
+    worker: Step
+    params: dict[str, Any]
+    user_message: str | None
+    scope: WorkerScope = field(init=False)
+    started: bool = False
+    status: Literal["pending", "fulfilled", "rejected"] = "pending"
+    output: Any = None
+    error: BaseException | None = None
+
+    def reject(self, error: BaseException) -> None:
+        self.status, self.error = "rejected", error
+
+    def result(self) -> BranchResult:
+        status = "fulfilled" if self.status == "fulfilled" else "rejected"
+        return BranchResult(self.index, self.key, self.registered.id, status, self.output, self.error)
+
+
+def _is_framework_failure(error: BaseException | None) -> bool:
+    return isinstance(error, ParallelExecutionError)
+
+
+async def run_batch(
+    caller: Step,
+    requests: Sequence[Any],
+    *,
+    failure_policy: FailurePolicy = "retain-successes",
+    max_concurrency: int | None = None,
+    checkpoint: Checkpoint = "none",
+    signal: CancellationSignal | None = None,
+) -> ParallelBatchResult:
+    """Fork one isolated worker per request, wait for all of them, and publish at the join."""
+    flow = caller.flow
+    if failure_policy not in ("retain-successes", "atomic"):
+        raise ParallelExecutionError("failure_policy must be 'retain-successes' or 'atomic'.")
+    if checkpoint not in ("none", "root-join"):
+        raise ParallelExecutionError("checkpoint must be 'none' or 'root-join'.")
+    if max_concurrency is not None and (
+        isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1
+    ):
+        raise ParallelExecutionError("max_concurrency must be a positive integer or None.")
+    if isinstance(requests, str | bytes) or not isinstance(requests, Sequence):
+        raise ParallelExecutionError("run_steps() takes a list of requests.")
+
+    parent = active_scope(flow)
+    settings = parallel_settings(flow)
+    depth = len(execution_frames(flow)) + 1
+    check_depth(flow, depth)
+    shared = {
+        step.id: copy.deepcopy(parent.read(step.id) if parent is not None else step.get_state())
+        for step in flow.get_steps()
+    }
+    branches = _prepare(flow, [_as_request(item) for item in requests], shared)
+    budget = parent.budget if parent is not None else _Budget(settings.max_invocations)
+    budget.reserve(len(branches))
+    if not branches:
+        return ParallelBatchResult(branches=(), published=False)
+
+    batch_signal = CancellationSignal(signal, parent.invocation.signal if parent is not None else None)
+    memory_source = parent.memory if parent is not None else flow.get_memory()
+    base_path = parent.invocation.path if parent is not None else ()
+    for branch in branches:
+        scope = WorkerScope(
+            flow, branch.worker, shared=shared, memory_source=memory_source, budget=budget, level=depth + 1
+        )
+        scope.invocation = ParallelInvocation(
+            params=read_only(branch.params, scope),
+            key=branch.key,
+            index=branch.index,
+            path=(*base_path, branch.index),
+            signal=batch_signal,
+        )
+        # The scope's view of the worker's own step is the worker's private state dict itself.
+        scope.local[branch.registered.id] = branch.worker.get_state()
+        branch.scope = scope
+
+    limiter = asyncio.Semaphore(max_concurrency or len(branches))
+    tasks = [asyncio.create_task(_run_branch(branch, limiter, batch_signal)) for branch in branches]
+    await _wait_all(tasks, batch_signal, settings.cancellation_grace_ms / 1000)
+    for branch in branches:
+        if branch.status == "pending":
+            branch.reject(ParallelCancelledError(f"Branch '{branch.key}' did not stop within the cancellation grace."))
+    return await _join(flow, parent, branches, failure_policy, checkpoint, batch_signal.cancelled)
+
+
+def _as_request(item: Any) -> RunStepRequest:
+    if isinstance(item, RunStepRequest):
+        return item
+    if isinstance(item, Mapping):
+        try:
+            return RunStepRequest(**item)
+        except TypeError as exc:
+            raise ParallelExecutionError(f"Invalid run_steps() request: {exc}") from exc
+    return RunStepRequest(step=item)
+
+
+def _prepare(flow: Flow, requests: list[RunStepRequest], shared: Mapping[str, dict[str, Any]]) -> list[_Branch]:
+    registered = [flow.require_step(request.step) for request in requests]
+    counts = Counter(step.id for step in registered)
+    keys: list[str] = []
+    for request, step in zip(requests, registered, strict=True):
+        if request.key is None:
+            if counts[step.id] > 1:
+                raise ParallelExecutionError(
+                    f"Step '{step.id}' is requested more than once; give each of its requests a unique key."
+                )
+            keys.append(step.id)
+        elif not isinstance(request.key, str) or not request.key.strip():
+            raise ParallelExecutionError("A run_steps() branch key must be a non-empty string.")
+        else:
+            keys.append(request.key.strip())
+    duplicate = next((key for key, count in Counter(keys).items() if count > 1), None)
+    if duplicate is not None:
+        raise ParallelDuplicateKeyError(f"Branch key '{duplicate}' is used by more than one run_steps() request.")
+
+    branches = []
+    for index, (request, step, key) in enumerate(zip(requests, registered, keys, strict=True)):
+        params = _validated_params(step, key, request.params)
+        if request.user_message is not None and not isinstance(request.user_message, str):
+            raise ParallelExecutionError(f"The user_message of branch '{key}' must be a string.")
+        try:
+            worker = step.new_worker(copy.deepcopy(shared[step.id]))
+        except Exception as exc:
+            raise ParallelExecutionError(f"Cannot create a worker for step '{step.id}': {exc}") from exc
+        branches.append(
+            _Branch(index=index, key=key, registered=step, worker=worker, params=params,
+                    user_message=request.user_message)
+        )
+    return branches
+
+
+def _validated_params(step: Step, key: str, params: Any) -> dict[str, Any]:
+    if params is None:
+        params = {}
+    if not isinstance(params, Mapping):
+        raise ParallelExecutionError(f"The params of branch '{key}' must be a dict.")
+    schema = step.parallel_params_schema()
+    if schema is not None:
+        try:
+            validated = schema.model_validate(dict(params))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err.get('loc', ())) or 'params'}: {err.get('msg')}" for err in exc.errors()
+            )
+            raise ParallelExecutionError(f"Invalid params for branch '{key}' of step '{step.id}': {problems}") from exc
+        params = validated.model_dump(mode="json") if isinstance(validated, BaseModel) else validated
+    check_json(params, f"The params of branch '{key}'")
+    return copy.deepcopy(dict(params))
+
+
+async def _run_branch(branch: _Branch, limiter: asyncio.Semaphore, signal: CancellationSignal) -> None:
+    async with limiter:
+        if signal.cancelled:
+            branch.reject(ParallelCancelledError(f"Branch '{branch.key}' was cancelled before it started."))
+            return
+        scope = branch.scope
+        _scope.set(scope)
+        scope.sequence.append(SequenceItem(level=scope.level, step_name=branch.worker.id))
+        branch.started = True
+        worker = branch.worker
+        try:
+            with execution_frame(worker):
+                await worker.on_enter()
+                try:
+                    output = await worker.run(branch.user_message)
+                finally:
+                    await worker.on_exit()
+        except Exception as exc:  # noqa: BLE001 - every worker failure becomes a rejected branch
+            branch.reject(exc)
+        else:
+            if scope.violation is not None:
+                branch.reject(scope.violation)
+            else:
+                branch.status, branch.output = "fulfilled", output
+        if _is_framework_failure(branch.error):
+            # The join will raise anyway: stop queued work from starting.
+            signal.cancel(f"branch '{branch.key}' failed: {branch.error}")
+
+
+async def _wait_all(tasks: list[asyncio.Task[None]], signal: CancellationSignal, grace: float) -> None:
+    pending = set(tasks)
+    watcher = asyncio.ensure_future(signal.wait())
+    try:
+        while pending:
+            done, _ = await asyncio.wait([*pending, watcher], return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+            if watcher in done:
+                break
+        if pending:
+            # Cooperative cancellation: running workers get a grace period, then lose publication rights.
+            _, pending = await asyncio.wait(pending, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    finally:
+        watcher.cancel()
+
+
+async def _join(
+    flow: Flow,
+    parent: WorkerScope | None,
+    branches: list[_Branch],
+    failure_policy: FailurePolicy,
+    checkpoint: Checkpoint,
+    cancelled: bool,
+) -> ParallelBatchResult:
+    # The trace records every branch that started, in request order, whatever happens next.
+    sequence = [item for branch in branches if branch.started for item in branch.scope.sequence]
+    if parent is not None:
+        parent.sequence.extend(sequence)
+    else:
+        flow.extend_sequence(sequence)
+    failure = next((branch.error for branch in branches if _is_framework_failure(branch.error)), None)
+    if failure is not None:
+        raise failure
+
+    rejected = any(branch.status != "fulfilled" for branch in branches)
+    publishing = [] if failure_policy == "atomic" and rejected else [b for b in branches if b.status == "fulfilled"]
+    replacements = _replacements(publishing)
+    contributions = sorted((c for b in publishing for c in b.scope.contributions), key=lambda c: c.path)
+    updates = _reduce(flow, parent, replacements, contributions)
+    for (step_id, name), (_key, value) in replacements.items():
+        updates.setdefault(step_id, {})[name] = value
+
+    if parent is not None:
+        for step_id, fields in updates.items():
+            _apply_fields(parent.materialize(step_id), fields)
+        for step_id, name in replacements:
+            parent.touched.setdefault(step_id, set()).add(name)
+        parent.contributions.extend(contributions)
+        checkpointed = False
+    else:
+        previous = {
+            step_id: {name: copy.deepcopy(flow.require_step(step_id).get_state().get(name, ABSENT))
+                      for name in [*fields, SAVE_ON_FIELD]}
+            for step_id, fields in updates.items()
+        }
+        for step_id, fields in updates.items():
+            _apply_fields(flow.require_step(step_id).get_state(), fields)
+        checkpointed = checkpoint == "root-join"
+        if checkpointed:
+            try:
+                await flow.checkpoint()
+            except BaseException:
+                for step_id, fields in previous.items():
+                    _apply_fields(flow.require_step(step_id).get_state(), fields, stamp=False)
+                raise
+    return ParallelBatchResult(
+        branches=tuple(branch.result() for branch in branches),
+        published=bool(publishing),
+        checkpointed=checkpointed,
+        cancelled=cancelled,
+    )
+
+
+def _replacements(publishing: list[_Branch]) -> dict[tuple[str, str], tuple[str, Any]]:
+    """Each replaced ``(step id, field)`` with the branch key that replaced it and the new value."""
+    found: dict[tuple[str, str], tuple[str, Any]] = {}
+    for branch in publishing:
+        scope = branch.scope
+        for step_id, names in scope.touched.items():
+            state = scope.read(step_id)
+            for name in sorted(names):
+                if (step_id, name) in found:
+                    raise ParallelStateConflictError(
+                        f"Branches '{found[(step_id, name)][0]}' and '{branch.key}' both replace "
+                        f"'{step_id}.{name}'. Declare a state channel and use contribute_state() to combine values."
+                    )
+                value = copy.deepcopy(state.get(name, ABSENT))
+                if value is not ABSENT:
+                    check_json(value, f"State field '{step_id}.{name}'")
+                found[(step_id, name)] = (branch.key, value)
+    return found
+
+
+def _reduce(
+    flow: Flow,
+    parent: WorkerScope | None,
+    replacements: Mapping[tuple[str, str], tuple[str, Any]],
+    contributions: list[Contribution],
+) -> dict[str, dict[str, Any]]:
+    """Fold contributions into each channel's current value, in request-path order."""
+    reduced: dict[str, dict[str, Any]] = {}
+    writers: Counter[tuple[str, str]] = Counter()
+    for item in contributions:
+        target = (item.step_id, item.channel)
+        if target in replacements:
+            raise ParallelStateConflictError(
+                f"'{item.step_id}.{item.channel}' is both replaced by branch '{replacements[target][0]}' "
+                "and reduced from contributions."
+            )
+        channel = channel_for(flow, item.step_id, item.channel)
+        writers[target] += 1
+        if channel.single_writer and writers[target] > 1:
+            raise ParallelStateConflictError(
+                f"Channel '{item.step_id}.{item.channel}' takes a single writer but received several contributions."
+            )
+        fields = reduced.setdefault(item.step_id, {})
+        if item.channel in fields:
+            current = fields[item.channel]
+        else:
+            state = parent.read(item.step_id) if parent is not None else flow.require_step(item.step_id).get_state()
+            current = copy.deepcopy(state.get(item.channel))
+        try:
+            fields[item.channel] = channel.reduce(current, copy.deepcopy(item.value), item.key)
+        except ParallelExecutionError:
+            raise
+        except Exception as exc:
+            raise ParallelExecutionError(
+                f"The reducer of channel '{item.step_id}.{item.channel}' failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        check_json(fields[item.channel], f"Channel '{item.step_id}.{item.channel}'")
+    return reduced
+
+
+def channel_for(flow: Flow, step_id: str, name: str) -> StateChannel:
+    """The channel ``name`` declared by the registered step ``step_id``."""
+    channels = flow.require_step(step_id).parallel_state_channels() or {}
+    channel = channels.get(name)
+    if not isinstance(channel, StateChannel):
+        raise ParallelExecutionError(
+            f"Step '{step_id}' declares no state channel '{name}' in parallel_state_channels()."
+        )
+    return channel
+
+
+def _apply_fields(state: dict[str, Any], fields: Mapping[str, Any], *, stamp: bool = True) -> None:
+    for name, value in fields.items():
+        if value is ABSENT:
+            state.pop(name, None)
+        else:
+            state[name] = copy.deepcopy(value)
+    if stamp and fields:
+        state[SAVE_ON_FIELD] = format_timestamp(datetime.now(UTC))
+
+
+def contribute(step: Step, name: str, value: Any) -> None:
+    """Record a contribution of the worker's own step to its channel ``name``."""
+    scope = active_scope(step.flow)
+    if scope is None or scope.step is not step:
+        raise PicoFlowError("contribute_state() can only be called by a run_steps() worker on itself.")
+    channel_for(step.flow, step.id, name)
+    check_json(value, f"The contribution to '{step.id}.{name}'")
+    scope.contributions.append(
+        Contribution(scope.invocation.path, scope.invocation.key, step.id, name, copy.deepcopy(value))
+    )
+
+
+def invocation_of(step: Step) -> ParallelInvocation:
+    scope = active_scope(step.flow)
+    if scope is None or scope.step is not step:
+        raise PicoFlowError(f"Step '{step.id}' is not running as a run_steps() worker.")
+    return scope.invocation
