@@ -249,7 +249,10 @@ class Flow:
         """Refuse to route while a nested child executes: only the owning step decides where to go."""
         if not execution_frames(self):
             return
-        message = f"Cannot goto '{target}' from a child execution frame. Return a result to the owning step instead."
+        message = (
+            f"Cannot goto '{target}' from a child execution frame. "
+            "Return a result to the owning step instead."
+        )
         scope = active_scope(self)
         if scope is not None:
             scope.refuse(message)

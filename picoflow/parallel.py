@@ -775,27 +775,33 @@ async def _join(
         parent.contributions.extend(contributions)
         checkpointed = False
     else:
-        previous = {
-            step_id: {name: copy.deepcopy(flow.require_step(step_id).get_state().get(name, ABSENT))
-                      for name in [*fields, SAVE_ON_FIELD]}
-            for step_id, fields in updates.items()
-        }
-        for step_id, fields in updates.items():
-            _apply_fields(flow.require_step(step_id).get_state(), fields)
         checkpointed = checkpoint == "root-join"
-        if checkpointed:
-            try:
-                await flow.checkpoint()
-            except BaseException:
-                for step_id, fields in previous.items():
-                    _apply_fields(flow.require_step(step_id).get_state(), fields, stamp=False)
-                raise
+        await _publish_root(flow, updates, checkpointed)
     return ParallelBatchResult(
         branches=tuple(branch.result() for branch in branches),
         published=bool(publishing),
         checkpointed=checkpointed,
         cancelled=cancelled,
     )
+
+
+async def _publish_root(flow: Flow, updates: Mapping[str, Mapping[str, Any]], checkpoint: bool) -> None:
+    """Write the join's fields into the registered steps; with a checkpoint, save now or roll back."""
+    states = {step_id: flow.require_step(step_id).get_state() for step_id in updates}
+    previous = {
+        step_id: {name: copy.deepcopy(states[step_id].get(name, ABSENT)) for name in [*fields, SAVE_ON_FIELD]}
+        for step_id, fields in updates.items()
+    } if checkpoint else {}
+    for step_id, fields in updates.items():
+        _apply_fields(states[step_id], fields)
+    if not checkpoint:
+        return
+    try:
+        await flow.checkpoint()
+    except BaseException:
+        for step_id, fields in previous.items():
+            _apply_fields(states[step_id], fields, stamp=False)
+        raise
 
 
 def _replacements(publishing: list[_Branch]) -> dict[tuple[str, str], tuple[str, Any]]:

@@ -176,9 +176,9 @@ async def test_the_turn_deadline_bounds_the_attempt_timeout(monkeypatch):
     started = time.monotonic()
     response, model, _ = await turn(
         make_flow(policy={"timeout_ms": 60_000}), [{"content": "slow", "delay": 5}, text("never")],
-        deadline=time.monotonic() + 0.2,
+        deadline=time.monotonic() + 0.4,
     )
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 2
     assert (response.error_code, response.status_code) == ("TURN_DEADLINE", 504)
     assert len(model.calls) == 1
 

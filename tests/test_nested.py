@@ -9,7 +9,10 @@ from pydantic import BaseModel
 from picoflow import Flow, ModelSelection, Step, ToolSpec, go, stay, tool
 from tests.support.engine import call, scripted_engine, text
 
-GOTO_REFUSAL = "Cannot goto '{}' from a child execution frame. Return a result to the owning step instead."
+GOTO_REFUSAL = (
+    "Cannot goto '{}' from a child execution frame. "
+    "Return a result to the owning step instead."
+)
 
 
 class NameArgs(BaseModel):

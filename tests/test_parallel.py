@@ -408,7 +408,8 @@ async def test_goto_in_a_worker_gives_the_documented_message():
 
     await run_scenario(scenario)
     assert seen["message"] == (
-        "Cannot goto 'ProfileWorker' from a child execution frame. Return a result to the owning step instead."
+        "Cannot goto 'ProfileWorker' from a child execution frame. "
+        "Return a result to the owning step instead."
     )
 
 
@@ -771,3 +772,28 @@ async def test_worker_helpers_refuse_to_run_outside_a_worker():
         "contribute_state() can only be called by a run_steps() worker on itself.",
         ((), False),
     ]
+
+
+async def test_a_step_that_cannot_be_constructed_as_a_worker_fails_the_batch_before_anything_runs():
+    seen: dict[str, Any] = {}
+
+    class Configured(Step):
+        def __init__(self, flow: Flow, catalog: dict) -> None:
+            super().__init__(flow)
+            self.catalog = catalog
+
+    async def scenario(step: Step) -> None:
+        with pytest.raises(ParallelExecutionError) as caught:
+            await step.run_steps([RunStepRequest(ProfileWorker), RunStepRequest(Configured)])
+        seen["message"] = caught.value.message
+        seen["profile"] = dict(step.flow.get_step_state(ProfileWorker))
+
+    flow = flow_with(scenario)
+    flow.define_steps = lambda self: [*ParallelFlow.define_steps(self), Configured(self, {})]
+    engine, _ = scripted_engine([flow], [])
+    response = await engine.run("ParallelFlow", "go")
+    assert response.success, response.message
+    assert seen["message"].startswith("Cannot create a worker for step 'Configured': ")
+    assert seen["profile"] == {}
+    doc = await engine.session_store.load(response.session)
+    assert [s.step_name for s in doc.flow.sequence] == ["Coordinator"]
