@@ -179,6 +179,11 @@ class FlowEngine:
     async def _run_locked(
         self, flow_name: str, user_message: str, session_id: str | None, config: dict[str, Any] | None
     ) -> RunResponse:
+        deadline = _turn_deadline.get()
+        if deadline is not None and deadline <= time.monotonic():
+            # No time is left (a Lambda invoked with less than the handler's margin, or a long wait for the
+            # session lock): refuse before any store call, so no session is created or read for nothing.
+            raise TurnDeadlineError("The turn has no time left before its deadline; please retry.")
         flow = self._flows[flow_name]()
         if config is not None:
             flow.add_context({"config": config})
@@ -199,6 +204,8 @@ class FlowEngine:
                     flow.get_current_step().get_memory().append(opener)
             else:
                 await flow.get_current_step().on_restore()
+            if flow.is_batch():
+                await self._save_session(flow)
             message = await run_turn(flow, user_message)
             await self._save_session(flow)
         except _UNTOUCHED_ERRORS as exc:

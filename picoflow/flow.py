@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import inspect
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,7 +30,7 @@ from picoflow.transitions import step_name
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
-    from picoflow.engine import FlowEngine
+    from picoflow.engine import FlowEngine, RunResponse
     from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
 
 
@@ -38,6 +41,8 @@ class Flow:
     """
 
     id: ClassVar[str] = ""
+    #: Save the session on every top-level step crossing, not only at the end of the turn (one write each).
+    checkpoint_on_crossing: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -101,6 +106,44 @@ class Flow:
     async def on_llm_blocked(self, context: LlmBlockedContext) -> Any:
         """Consulted when a step's ``on_llm_blocked`` returns None; None lets the refusal propagate."""
         return None
+
+    def is_batch(self) -> bool:
+        """True asks the engine to save the session once before the turn runs."""
+        return False
+
+    async def spawn_steps(self) -> str:
+        """Runs instead of the current step when ``config._concurrent`` is set (batch coordinator mode)."""
+        return ""
+
+    async def concurrent_steps(
+        self,
+        items: list[Any],
+        batch_size: int,
+        on_config: Callable[[Any], dict[str, Any]],
+        on_bot_response: Callable[[Any, RunResponse], Any],
+        message: str | None = None,
+    ) -> None:
+        """Run one new session of this flow per item, ``batch_size`` at a time; failures are logged and skipped.
+
+        ``on_config(item)`` gives each session's config (it must not set ``_concurrent``), and
+        ``on_bot_response(item, response)`` receives each item's first response.
+        """
+        if batch_size < 1:
+            raise PicoFlowError("concurrent_steps() needs a batch_size of at least 1.")
+        engine = self.get_flow_engine()
+        for start in range(0, len(items), batch_size):
+            batch = items[start : start + batch_size]
+            responses = await asyncio.gather(
+                *(engine.run(self.id, message, None, on_config(item)) for item in batch)
+            )
+            for offset, (item, response) in enumerate(zip(batch, responses, strict=True)):
+                if not response.success:
+                    self.logger.error("Batch item failed", index=start + offset, code=response.error_code)
+                    continue
+                result = on_bot_response(item, response)
+                if inspect.isawaitable(result):
+                    await result
+            self.logger.log("Batch progress", done=min(start + batch_size, len(items)), total=len(items))
 
     def config_parallel_execution(self) -> dict[str, Any]:
         """Limits for nested execution: ``max_depth`` (8), ``max_invocations`` (256), ``cancellation_grace_ms``."""

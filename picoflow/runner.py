@@ -17,7 +17,7 @@ from picoflow.compaction import summary_system_message
 from picoflow.errors import PicoFlowError
 from picoflow.messages import AiMessageEx, HumanMessageEx, ToolMessageEx, content_text, gen_message_id, is_direct
 from picoflow.models.selection import ModelSelection
-from picoflow.parallel import DirectResult, ParallelCancelledError, active_scope, current_signal
+from picoflow.parallel import DirectResult, ParallelCancelledError, active_scope, current_signal, execution_frames
 from picoflow.recovery import (
     Block,
     LlmAttemptErrorContext,
@@ -81,7 +81,8 @@ class _Failure:
     stopped_because: StopReason = "attempts_exhausted"
 
     def as_error(self) -> PicoFlowError:
-        return PicoFlowError(f"LLM call failed. Reason:{self.reason}. Error:{self.message}")
+        # A code of its own, so clients and metrics tell a failing model apart from other turn failures.
+        return PicoFlowError(f"LLM call failed. Reason:{self.reason}. Error:{self.message}", code="MODEL_CALL_FAILED")
 
 
 async def run_turn(flow: Flow, user_message: str | None) -> Any:
@@ -89,6 +90,8 @@ async def run_turn(flow: Flow, user_message: str | None) -> Any:
     step = flow.get_executing_step()
     if step is None:
         raise PicoFlowError(f"Flow '{flow.id}' has no current step.")
+    if flow.get_context("config._concurrent"):
+        return await flow.spawn_steps()
     return await step.run(user_message)
 
 
@@ -104,6 +107,8 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
     for _ in range(MAX_HOPS_PER_TURN):
         step = flow.get_executing_step()
         if step.id != prior:
+            if flow.checkpoint_on_crossing and not execution_frames(flow):
+                await flow.checkpoint()
             pending = step.on_crossing(pending, prior)
         prior = step.id
 
