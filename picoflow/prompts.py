@@ -20,7 +20,7 @@ def load_prompt(name: str, near: str) -> str:
     return _read((Path(near).resolve().parent / name).resolve())
 
 
-def render(template: str, **values: Any) -> str:
+def render(template: str, /, **values: Any) -> str:
     """Fill ``{name}`` placeholders; unknown ones stay visible so a missing value is easy to spot."""
 
     def fill(match: re.Match[str]) -> str:
@@ -30,6 +30,6 @@ def render(template: str, **values: Any) -> str:
     return _PLACEHOLDER.sub(fill, template)
 
 
-def prompt(name: str, near: str, **values: Any) -> str:
+def prompt(file: str, near: str, /, **values: Any) -> str:
     """Load and render a prompt file in one call."""
-    return render(load_prompt(name, near), **values)
+    return render(load_prompt(file, near), **values)
