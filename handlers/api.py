@@ -2,8 +2,19 @@
 
 Routes: ``POST /ai/run``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``. The engine is built
 once per container from the environment: ``SESSION_STORE``/``SESSION_TABLE`` pick the store,
-``PICOFLOW_FLOWS`` the flow modules, ``PICOFLOW_SCRIPT`` a scripted model for offline runs and
-``OPENAI_API_KEY_PARAMETER`` the SSM SecureString holding the OpenAI key.
+``PICOFLOW_FLOWS`` the flow modules, ``PICOFLOW_SCRIPT`` a scripted model for offline runs,
+``OPENAI_API_KEY_PARAMETER`` the SSM SecureString holding the OpenAI key and ``IDEMPOTENCY_TABLE`` the
+DynamoDB table that makes ``POST /ai/run`` safe to retry with an ``Idempotency-Key`` header (unset: the
+header is validated but has no effect). ``PICOFLOW_SWAGGER=true`` serves the OpenAPI document and a
+Swagger UI on ``GET /swagger`` (only where a route reaches it, e.g. ``picoflow serve``).
+
+Idempotent turns: the key is scoped by the JWT subject (when an authorizer supplies one) and the session
+id, and the stored record also holds a hash of ``flowName``, ``message`` and ``config``. A retry with the
+same key and body gets the original status, headers and body back (plus ``Idempotent-Replayed: true``)
+without running the turn again; a different body is refused with 422 ``IDEMPOTENCY_KEY_MISMATCH``; a
+retry while the first attempt still runs gets 409 ``IDEMPOTENCY_IN_PROGRESS`` with ``Retry-After``.
+Only outcomes a retry could not change are kept: success and 4xx other than 409. A 409 (conflict) or a
+5xx drops the record so the client can retry under the same key.
 """
 
 from __future__ import annotations
@@ -14,19 +25,32 @@ import importlib.util
 import json
 import os
 import pkgutil
+import re
 import threading
 import time
 import warnings
 from collections.abc import Coroutine
 from typing import Any
 
+import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyPersistenceLayerError,
+    IdempotencyValidationError,
+)
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from picoflow import Flow, FlowEngine, RunResponse
+from picoflow.engine import SESSION_ID_PATTERN
 from picoflow.models.registry import default_registry
 from picoflow.session.store import store_from_env
 
@@ -34,6 +58,16 @@ SESSION_HEADER = "CHAT_SESSION_ID"
 # API Gateway forwards header names lower-cased; some proxies (sam local among them) drop names with
 # underscores, so the hyphenated spelling is accepted as well.
 _SESSION_HEADER_KEYS = ("chat_session_id", "chat-session-id")
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+_IDEMPOTENCY_KEY_PATTERN = re.compile(rf"[\x20-\x7e]{{1,{MAX_IDEMPOTENCY_KEY_CHARS}}}")
+# How long a finished turn stays replayable; DynamoDB TTL removes the record some time after.
+IDEMPOTENCY_EXPIRES_SECONDS = 3600
+# Seconds a client should wait before retrying a key whose first attempt is still running.
+IDEMPOTENCY_RETRY_AFTER_SECONDS = 2
+REPLAYED_HEADER = "Idempotent-Replayed"
+# Deeper config objects are refused: the engine copies and serialises config recursively.
+MAX_CONFIG_DEPTH = 32
 DEFAULT_FLOW_MODULES = "flows"
 DEFAULT_MAX_MESSAGE_CHARS = 100_000
 # Time kept back from the Lambda deadline for the final save and the response.
@@ -73,8 +107,9 @@ class _Runtime:
     its chat models usable across invocations; a loop per invocation would strand their connections.
     """
 
-    def __init__(self, engine: FlowEngine) -> None:
+    def __init__(self, engine: FlowEngine, idempotency: DynamoDBPersistenceLayer | None = None) -> None:
         self.engine = engine
+        self.idempotency = idempotency
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="picoflow-engine-loop", daemon=True).start()
 
@@ -95,7 +130,7 @@ def _get_runtime() -> _Runtime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            _runtime = _Runtime(build_engine())
+            _runtime = _Runtime(build_engine(), build_idempotency_store())
         return _runtime
 
 
@@ -113,6 +148,20 @@ def build_engine(environ: dict[str, str] | None = None) -> FlowEngine:
         extra={"flows": engine.get_flow_names(), "store": type(engine.session_store).__name__},
     )
     return engine
+
+
+def build_idempotency_store(environ: dict[str, str] | None = None) -> DynamoDBPersistenceLayer | None:
+    """The persistence layer on ``IDEMPOTENCY_TABLE`` for ``Idempotency-Key`` replays; None when unset.
+
+    ``DYNAMODB_ENDPOINT_URL`` points it at the same local endpoint as the sessions table.
+    """
+    env = os.environ if environ is None else environ
+    table = env.get("IDEMPOTENCY_TABLE")
+    if not table:
+        return None
+    endpoint = env.get("DYNAMODB_ENDPOINT_URL")
+    client = boto3.session.Session().client("dynamodb", endpoint_url=endpoint) if endpoint else None
+    return DynamoDBPersistenceLayer(table_name=table, boto3_client=client)
 
 
 def read_openai_key(parameter_name: str) -> str | None:
@@ -156,12 +205,103 @@ def load_flows(modules: str) -> list[type[Flow]]:
     return found
 
 
+# -- OpenAPI description ---------------------------------------------------------------------------
+# The routes read the raw event so that every refusal keeps this API's own envelope (Powertools'
+# request validation would answer with its own 422 body); these schemas describe that contract for the
+# published OpenAPI document.
+
+_ENVELOPE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["success", "completed", "message", "session"],
+    "properties": {
+        "success": {"type": "boolean"},
+        "completed": {"type": "boolean"},
+        "message": {"description": "The reply on success, the reason on failure."},
+        "session": {"type": "string"},
+        "contentType": {"type": "string", "description": "Present on success."},
+        "code": {"type": "string", "description": "Present on failure, e.g. SESSION_CONFLICT."},
+    },
+}
+_END_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["success", "session"],
+    "properties": {
+        "success": {"type": "boolean"},
+        "session": {"type": "string"},
+        "message": {"type": "string", "description": "Present on failure."},
+        "code": {"type": "string", "description": "Present on failure."},
+    },
+}
+_SESSION_PARAMETER: dict[str, Any] = {
+    "name": SESSION_HEADER,
+    "in": "header",
+    "required": False,
+    "description": "The session to continue; omit it to start a new one.",
+    "schema": {"type": "string", "pattern": SESSION_ID_PATTERN.pattern},
+}
+_RUN_OPENAPI: dict[str, Any] = {
+    "parameters": [
+        _SESSION_PARAMETER,
+        {
+            "name": IDEMPOTENCY_HEADER,
+            "in": "header",
+            "required": False,
+            "description": "Makes a retried turn return the original response instead of running again.",
+            "schema": {"type": "string", "pattern": f"^[ -~]{{1,{MAX_IDEMPOTENCY_KEY_CHARS}}}$"},
+        },
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            _JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["flowName"],
+                    "properties": {
+                        "flowName": {"type": "string", "minLength": 1},
+                        "message": {
+                            "anyOf": [{"type": "string", "maxLength": DEFAULT_MAX_MESSAGE_CHARS}, {"type": "null"}]
+                        },
+                        "config": {"anyOf": [{"type": "object"}, {"type": "null"}]},
+                    },
+                }
+            }
+        },
+    },
+}
+
+
+def _json_responses(schema: dict[str, Any], *described: tuple[int, str]) -> dict[int, Any]:
+    content = {_JSON: {"schema": schema}}
+    return {status: {"description": text, "content": content} for status, text in described}
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The OpenAPI document of this API, as the Powertools resolver derives it from the routes."""
+    return json.loads(app.get_openapi_json_schema(title="PicoFlow API", version="1.0.0"))
+
+
 # -- routes ----------------------------------------------------------------------------------------
 
 
-@app.post("/ai/run")
-def run_turn() -> Response:
-    request = _json_object(app.current_event.decoded_body)
+@app.post(
+    "/ai/run",
+    summary="Run one turn of a flow",
+    responses=_json_responses(
+        _ENVELOPE_SCHEMA,
+        (200, "The turn's envelope; a step with another content type returns its raw message instead."),
+        (400, "Malformed body or header, or an unknown flow."),
+        (409, "Session conflict or flow mismatch, or the same Idempotency-Key is still running."),
+        (413, "The message or the session document is too large."),
+        (422, "The Idempotency-Key was already used with a different body."),
+        (500, "The turn or the session store failed."),
+        (503, "The session store or the idempotency table is unavailable."),
+        (504, "The turn ran out of time."),
+    ),
+    openapi_extensions=_RUN_OPENAPI,
+)
+def run_turn() -> Response[str]:
+    request = _json_object(_request_body())
     flow_name = request.get("flowName")
     if not isinstance(flow_name, str) or not flow_name.strip():
         raise RequestError("flowName must be a non-empty string.")
@@ -174,41 +314,42 @@ def run_turn() -> Response:
     config = request.get("config")
     if config is not None and not isinstance(config, dict):
         raise RequestError("config must be a JSON object.")
+    if config is not None and _nested_deeper_than(config, MAX_CONFIG_DEPTH):
+        raise RequestError(f"config is nested more than {MAX_CONFIG_DEPTH} levels deep.")
+    turn = {"flowName": flow_name, "message": message, "config": config}
+    try:
+        # JSON may escape lone surrogates; they decode into text that no store or model can encode.
+        json.dumps(turn, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError("The request contains text that is not valid Unicode.") from exc
     session_id = _session_id()
+    idempotency_key = _idempotency_key()
     if session_id:
         logger.set_correlation_id(session_id)
 
     runtime = _get_runtime()
-    started = time.perf_counter()
-    result: RunResponse = runtime.call(
-        runtime.engine.run(
-            flow_name=flow_name,
-            user_message=message,
-            session_id=session_id,
-            config=config,
-            deadline=_deadline(),
-        )
-    )
-    latency_ms = (time.perf_counter() - started) * 1000
-    _record_turn(flow_name, flow_name in runtime.engine.get_flow_names(), result, latency_ms)
-
-    headers = {SESSION_HEADER: result.session} if result.session else {}
-    if not result.success:
-        return _envelope(_failure_status(result.status_code), result.envelope(), result.session)
-    if result.content_type != _PLAIN:
-        body = result.message if isinstance(result.message, str) else json.dumps(result.message)
-        return Response(status_code=200, content_type=result.content_type, body=body, headers=headers)
-    return _envelope(200, result.envelope(), result.session)
+    if idempotency_key is None or runtime.idempotency is None:
+        return _run(runtime, turn, session_id)
+    return _run_idempotent(runtime, turn, session_id, idempotency_key)
 
 
-@app.post("/ai/end")
-def end_session() -> Response:
-    session_id = _session_id()
-    if session_id:
+@app.post(
+    "/ai/end",
+    summary="Delete a session",
+    responses=_json_responses(
+        _END_SCHEMA,
+        (200, "Deleted, or there was nothing to delete."),
+        (400, "The session id is invalid or the delete failed."),
+    ),
+    openapi_extensions={"parameters": [_SESSION_PARAMETER]},
+)
+def end_session() -> Response[str]:
+    session_id = _session_header()
+    if _echoable(session_id):
         logger.set_correlation_id(session_id)
     runtime = _get_runtime()
     outcome = runtime.call(runtime.engine.delete_session(session_id))
-    session = outcome.get("session") or ""
+    session = _echoable(outcome.get("session"))
     if outcome.get("success"):
         metrics.add_metric(name="SessionsEnded", unit=MetricUnit.Count, value=1)
         return _envelope(200, {"success": True, "session": session}, session)
@@ -216,14 +357,26 @@ def end_session() -> Response:
     return _envelope(400, _failure_body(outcome.get("message", ""), session, "SESSION_DELETE_FAILED"), session)
 
 
-@app.get("/ai/flows")
-def list_flows() -> Response:
+@app.get(
+    "/ai/flows",
+    summary="List the registered flows",
+    responses=_json_responses({"type": "array", "items": {"type": "string"}}, (200, "The registered flow names.")),
+)
+def list_flows() -> Response[str]:
     return Response(status_code=200, content_type=_JSON, body=json.dumps(get_engine().get_flow_names()))
 
 
-@app.get("/health")
-def health() -> Response:
+@app.get(
+    "/health",
+    summary="Liveness check",
+    responses=_json_responses({"type": "object", "properties": {"status": {"const": "ok"}}}, (200, "Up.")),
+)
+def health() -> Response[str]:
     return Response(status_code=200, content_type=_JSON, body=json.dumps({"status": "ok"}))
+
+
+if (os.environ.get("PICOFLOW_SWAGGER") or "").lower() == "true":
+    app.enable_swagger(path="/swagger", title="PicoFlow API", version="1.0.0")
 
 
 @app.exception_handler(RequestError)
@@ -243,26 +396,169 @@ def internal_error(error: Exception) -> Response:
     return _failure(500, "Internal error.", "INTERNAL_ERROR")
 
 
+# -- turns -----------------------------------------------------------------------------------------
+
+
+class _NotReplayable(Exception):
+    """Raised inside the idempotent call so that Powertools drops the record of a retryable outcome."""
+
+
+def _run(runtime: _Runtime, turn: dict[str, Any], session_id: str | None) -> Response:
+    flow_name = turn["flowName"]
+    started = time.perf_counter()
+    result: RunResponse = runtime.call(
+        runtime.engine.run(
+            flow_name=flow_name,
+            user_message=turn["message"],
+            session_id=session_id,
+            config=turn["config"],
+            deadline=_deadline(),
+        )
+    )
+    latency_ms = (time.perf_counter() - started) * 1000
+    _record_turn(flow_name, flow_name in runtime.engine.get_flow_names(), result, latency_ms)
+
+    headers = {SESSION_HEADER: result.session} if result.session else {}
+    if not result.success:
+        return _envelope(_failure_status(result.status_code), result.envelope(), result.session)
+    if result.content_type != _PLAIN:
+        body = result.message if isinstance(result.message, str) else json.dumps(result.message)
+        return Response(status_code=200, content_type=result.content_type, body=body, headers=headers)
+    return _envelope(200, result.envelope(), result.session)
+
+
+def _run_idempotent(runtime: _Runtime, turn: dict[str, Any], session_id: str | None, key: str) -> Response:
+    ran: list[Response] = []
+
+    def run_once(scoped: dict[str, Any]) -> dict[str, Any]:
+        response = _run(runtime, scoped["turn"], session_id)
+        ran.append(response)
+        # A conflict or a server-side failure may well succeed next time: keep no record that would block it.
+        if response.status_code >= 500 or response.status_code == 409:
+            raise _NotReplayable
+        return {"statusCode": response.status_code, "headers": response.headers, "body": response.body}
+
+    once = idempotent_function(
+        run_once,
+        data_keyword_argument="scoped",
+        persistence_store=runtime.idempotency,
+        config=IdempotencyConfig(
+            event_key_jmespath="[caller, session, key]",
+            payload_validation_jmespath="turn",
+            expires_after_seconds=IDEMPOTENCY_EXPIRES_SECONDS,
+            hash_function="sha256",
+            lambda_context=app.lambda_context,
+        ),
+        # A fixed prefix keeps records valid across function renames and redeployments.
+        key_prefix="ai-run",
+    )
+    retry_after = {"Retry-After": str(IDEMPOTENCY_RETRY_AFTER_SECONDS)}
+    try:
+        stored = once(scoped={"caller": _caller(), "session": session_id or "", "key": key, "turn": turn})
+    except _NotReplayable:
+        return ran[0]
+    except IdempotencyAlreadyInProgressError:
+        return _failure(
+            409, f"A request with this {IDEMPOTENCY_HEADER} is still running; retry shortly.",
+            "IDEMPOTENCY_IN_PROGRESS", headers=retry_after,
+        )
+    except IdempotencyValidationError:
+        return _failure(
+            422, f"This {IDEMPOTENCY_HEADER} was already used with a different request body.",
+            "IDEMPOTENCY_KEY_MISMATCH",
+        )
+    except IdempotencyPersistenceLayerError:
+        if ran:
+            # The turn itself ran; only its record could not be finished, so its response still stands.
+            logger.warning("Idempotency record not finished", extra={"statusCode": ran[0].status_code})
+            return ran[0]
+        # Fail closed: running the turn unguarded could repeat one the client already saw.
+        logger.error("Idempotency table unavailable")
+        return _failure(
+            503, "Retries cannot be made safe right now; try again shortly.", "IDEMPOTENCY_UNAVAILABLE",
+            headers=retry_after,
+        )
+    if ran:
+        return ran[0]
+    metrics.add_metric(name="IdempotentReplays", unit=MetricUnit.Count, value=1)
+    logger.info("Idempotent replay", extra={"statusCode": stored["statusCode"]})
+    return Response(
+        status_code=stored["statusCode"], body=stored["body"], headers={**stored["headers"], REPLAYED_HEADER: "true"}
+    )
+
+
+def _caller() -> str:
+    # With a JWT authorizer, keys of different users never meet, so no one can replay another's turn.
+    return str(app.current_event.request_context.authorizer.jwt_claim.get("sub") or "")
+
+
 # -- helpers ---------------------------------------------------------------------------------------
+
+
+def _request_body() -> str | None:
+    try:
+        return app.current_event.decoded_body
+    except ValueError as exc:  # bad base64 or bytes that are not UTF-8
+        raise RequestError("The request body must be UTF-8 JSON.") from exc
 
 
 def _json_object(raw: str | None) -> dict[str, Any]:
     try:
         value = json.loads(raw or "")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise RequestError("The request body must be valid JSON.") from exc
     if not isinstance(value, dict):
         raise RequestError("The request body must be a JSON object.")
     return value
 
 
-def _session_id() -> str | None:
-    headers = {name.lower(): value for name, value in (app.current_event.headers or {}).items()}
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _headers() -> dict[str, str]:
+    return {name.lower(): value for name, value in (app.current_event.headers or {}).items()}
+
+
+def _session_header() -> str | None:
+    headers = _headers()
     for key in _SESSION_HEADER_KEYS:
         value = (headers.get(key) or "").strip()
         if value:
             return value
     return None
+
+
+def _session_id() -> str | None:
+    # Checked here because the idempotency table is read before the engine sees the id.
+    value = _session_header()
+    if value is not None and not SESSION_ID_PATTERN.fullmatch(value):
+        raise RequestError("The session id must be 1-128 letters, digits, '_' or '-'.")
+    return value
+
+
+def _echoable(session: str | None) -> str:
+    # Only a well-formed id is sent back: anything else could smuggle junk into a response header.
+    return session if session and SESSION_ID_PATTERN.fullmatch(session) else ""
+
+
+def _idempotency_key() -> str | None:
+    value = _headers().get(IDEMPOTENCY_HEADER.lower())
+    if value is None:
+        return None
+    value = value.strip()
+    if not _IDEMPOTENCY_KEY_PATTERN.fullmatch(value):
+        raise RequestError(f"{IDEMPOTENCY_HEADER} must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} printable ASCII characters.")
+    return value
 
 
 def _deadline() -> float | None:
@@ -296,7 +592,7 @@ def _record_turn(flow_name: str, registered: bool, result: RunResponse, latency_
     logger.info(
         "Turn finished",
         extra={
-            "flow": flow_name,
+            "flow": flow_name if registered else None,
             "success": result.success,
             "completed": result.completed,
             "code": result.error_code,
@@ -306,14 +602,16 @@ def _record_turn(flow_name: str, registered: bool, result: RunResponse, latency_
     )
 
 
-def _envelope(status_code: int, body: dict[str, Any], session: str | None) -> Response:
-    headers = {SESSION_HEADER: session} if session else {}
+def _envelope(
+    status_code: int, body: dict[str, Any], session: str | None, headers: dict[str, str] | None = None
+) -> Response:
+    headers = {**(headers or {}), **({SESSION_HEADER: session} if session else {})}
     return Response(status_code=status_code, content_type=_JSON, body=json.dumps(body), headers=headers)
 
 
-def _failure(status_code: int, message: str, code: str) -> Response:
-    session = _session_id() or ""
-    return _envelope(status_code, _failure_body(message, session, code), session)
+def _failure(status_code: int, message: str, code: str, headers: dict[str, str] | None = None) -> Response:
+    session = _echoable(_session_header())
+    return _envelope(status_code, _failure_body(message, session, code), session, headers)
 
 
 def _failure_body(message: str, session: str, code: str) -> dict[str, Any]:

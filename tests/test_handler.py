@@ -148,6 +148,23 @@ def test_bad_requests_are_400_and_write_nothing(client, raw_body):
     assert client.items() == []
 
 
+@pytest.mark.parametrize("session", ["../etc/passwd", "a" * 129, "séance", "a b", "a,b", "x\r\nX-Injected: 1"])
+def test_a_malformed_session_id_is_refused_before_any_store_call_and_not_echoed(client, monkeypatch, session):
+    store = api.get_engine().session_store
+
+    async def untouchable(*args, **kwargs):
+        raise AssertionError("the store was called")
+
+    for name in ("load", "create", "save", "delete"):
+        monkeypatch.setattr(store, name, untouchable)
+    status, headers, body = client.run("hi", session=session)
+    assert (status, body["code"], body["session"]) == (400, "BAD_REQUEST", "")
+    assert "chat_session_id" not in headers
+    status, headers, body = client.call("POST", "/ai/end", headers={"CHAT_SESSION_ID": session})
+    assert (status, body["success"], body["session"]) == (400, False, "")
+    assert "chat_session_id" not in headers
+
+
 def test_overlong_message_is_413(client, monkeypatch):
     monkeypatch.setenv("PICOFLOW_MAX_MESSAGE_CHARS", "5")
     status, _, body = client.run("123456")

@@ -24,9 +24,19 @@ def function(template) -> dict:
 
 
 @pytest.fixture(scope="module")
-def table_name(template) -> str:
-    (name,) = [n for n, r in template["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"]
-    return name
+def table_name(function) -> str:
+    return function["Environment"]["Variables"]["SESSION_TABLE"]["Ref"]
+
+
+@pytest.fixture(scope="module")
+def idempotency_table_name(function) -> str:
+    return function["Environment"]["Variables"]["IDEMPOTENCY_TABLE"]["Ref"]
+
+
+@pytest.fixture(scope="module")
+def http_api(template) -> dict:
+    (props,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::HttpApi"]
+    return props
 
 
 def test_cfn_lint_passes():
@@ -37,7 +47,8 @@ def test_cfn_lint_passes():
 
 
 def test_sam_transform_and_http_api(template):
-    assert template["Transform"] == "AWS::Serverless-2016-10-31"
+    # LanguageExtensions must run before SAM so that the conditional Auth is resolved when SAM reads it.
+    assert template["Transform"] == ["AWS::LanguageExtensions", "AWS::Serverless-2016-10-31"]
     types = [r["Type"] for r in template["Resources"].values()]
     assert types.count("AWS::Serverless::HttpApi") == 1
 
@@ -68,6 +79,7 @@ def test_environment(function, table_name):
     assert env["POWERTOOLS_SERVICE_NAME"]
     assert env["POWERTOOLS_METRICS_NAMESPACE"]
     assert env["OPENAI_API_KEY_PARAMETER"] == {"Ref": "OpenAIKeyParameterName"}
+    assert env["IDEMPOTENCY_TABLE"] == {"Ref": "IdempotencyTable"}
     assert "OPENAI_API_KEY" not in env
 
 
@@ -100,14 +112,66 @@ def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def test_dynamodb_access_is_item_level_on_the_sessions_table_only(function, table_name):
+def test_dynamodb_access_is_item_level_and_per_table(function, table_name, idempotency_table_name):
     dynamo = [s for s in _statements(function) if any(a.startswith("dynamodb:") for a in _as_list(s["Action"]))]
-    assert dynamo, "the function needs DynamoDB access"
-    actions = {a for s in dynamo for a in _as_list(s["Action"])}
-    assert actions == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"}
+    actions: dict[str, set[str]] = {}
     for statement in dynamo:
         assert statement["Effect"] == "Allow"
-        assert _as_list(statement["Resource"]) == [{"Fn::GetAtt": [table_name, "Arn"]}]
+        (resource,) = _as_list(statement["Resource"])
+        table = resource["Fn::GetAtt"][0]
+        assert resource == {"Fn::GetAtt": [table, "Arn"]}
+        actions.setdefault(table, set()).update(_as_list(statement["Action"]))
+    assert actions == {
+        table_name: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"},
+        idempotency_table_name: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"},
+    }
+
+
+def test_idempotency_table(template, idempotency_table_name):
+    resource = template["Resources"][idempotency_table_name]
+    assert resource["Type"] == "AWS::DynamoDB::Table"
+    table = resource["Properties"]
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
+    assert table["AttributeDefinitions"] == [{"AttributeName": "id", "AttributeType": "S"}]
+    # Powertools' DynamoDBPersistenceLayer writes its expiry to the attribute "expiration".
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+    assert table["SSESpecification"]["SSEEnabled"] is True
+
+
+def test_jwt_authorizer_is_optional(template, http_api):
+    params = template["Parameters"]
+    assert params["JwtIssuer"]["Default"] == "" and params["JwtAudience"]["Default"] == ""
+    assert template["Conditions"]["HasJwtAuthorizer"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "JwtIssuer"}, ""]}]}
+    condition, enabled, disabled = http_api["Auth"]["Fn::If"]
+    assert condition == "HasJwtAuthorizer"
+    assert disabled == {"Ref": "AWS::NoValue"}
+    name = enabled["DefaultAuthorizer"]
+    authorizer = enabled["Authorizers"][name]
+    assert authorizer["IdentitySource"] == "$request.header.Authorization"
+    assert authorizer["JwtConfiguration"] == {
+        "issuer": {"Ref": "JwtIssuer"},
+        "audience": {"Fn::Split": [",", {"Ref": "JwtAudience"}]},
+    }
+
+
+def test_jwt_settings_must_come_together(template):
+    (rule,) = template["Rules"].values()
+    (assertion,) = rule["Assertions"]
+    both_empty, both_set = assertion["Assert"]["Fn::Or"]
+    assert both_empty == {
+        "Fn::And": [{"Fn::Equals": [{"Ref": "JwtIssuer"}, ""]}, {"Fn::Equals": [{"Ref": "JwtAudience"}, ""]}]
+    }
+    assert both_set == {"Fn::And": [{"Fn::Not": [c]} for c in both_empty["Fn::And"]]}
+
+
+def test_only_health_is_open_when_the_authorizer_is_on(function):
+    opened = {
+        e["Properties"]["Path"]: e["Properties"]["Auth"]["Fn::If"]
+        for e in function["Events"].values()
+        if "Auth" in e["Properties"]
+    }
+    assert opened == {"/health": ["HasJwtAuthorizer", {"Authorizer": "NONE"}, {"Ref": "AWS::NoValue"}]}
 
 
 def test_no_wildcards_in_inline_policies(function):
@@ -128,3 +192,4 @@ def test_outputs(template, table_name):
     outputs = template["Outputs"]
     assert "execute-api" in outputs["ApiUrl"]["Value"]["Fn::Sub"]
     assert outputs["SessionsTableName"]["Value"] == {"Ref": table_name}
+    assert outputs["IdempotencyTableName"]["Value"] == {"Ref": "IdempotencyTable"}
