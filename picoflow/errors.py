@@ -46,7 +46,12 @@ class SessionFlowMismatchError(PicoFlowError):
 
 
 class SessionFlowInvariantError(PicoFlowError):
-    """The document is not the singular one-flow shape."""
+    """The document is not the singular one-flow shape.
+
+    Also raised for a stored item that cannot be read back at all (corrupted bytes, invalid JSON, a
+    missing document attribute, a legacy document holding several flows). The engine answers such a turn
+    with 409 and never writes over the item, so it stays exactly as found for inspection.
+    """
 
     code = "SESSION_FLOW_INVARIANT"
     status_code = 409

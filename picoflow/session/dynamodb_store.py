@@ -36,10 +36,14 @@ MAX_ITEM_BYTES = 400 * 1024
 
 COMPRESSION_LEVEL = 6
 
+# Throttling and connection errors are retried with jittered exponential backoff, then surface as a 503
+# SessionStoreError. botocore's ``max_attempts`` counts retries only, so the budget is spelled with
+# ``total_max_attempts``: 3 attempts in all, whose throttling backoff is at most 1 s + 2 s, which keeps a turn's
+# read and write well inside the Lambda timeout.
 CLIENT_CONFIG = Config(
     connect_timeout=2,
     read_timeout=5,
-    retries={"mode": "standard", "max_attempts": 3},
+    retries={"mode": "standard", "total_max_attempts": 3},
 )
 
 _UNAVAILABLE_CODES = frozenset(
