@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import re
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -173,7 +174,13 @@ class FlowEngine:
             raise BadRequestError("message must be a string.")
         if config is not None and not isinstance(config, dict):
             raise BadRequestError("config must be a JSON object.")
-        if session_id is not None and not (isinstance(session_id, str) and SESSION_ID_PATTERN.match(session_id)):
+        try:
+            # The session document is UTF-8 JSON: refuse what it cannot hold (lone surrogates, cycles,
+            # nesting deeper than the encoder goes) before anything is created.
+            json.dumps([user_message, config], ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise BadRequestError("message and config must be valid JSON text.") from exc
+        if session_id is not None and not (isinstance(session_id, str) and SESSION_ID_PATTERN.fullmatch(session_id)):
             raise BadRequestError("The session id must be 1-128 letters, digits, '_' or '-'.")
 
     async def _run_locked(
@@ -237,12 +244,14 @@ class FlowEngine:
         if doc.flow.name != flow.id:
             raise SessionFlowMismatchError(session_id, doc.flow.name, flow.id)
         doc.check_invariant()
-        before = doc.to_json_dict()
+        # The default hook never changes the document, so only an overriding flow pays for change detection.
+        custom_hook = type(flow).on_restore_session_doc is not Flow.on_restore_session_doc
+        before = doc.to_json_dict() if custom_hook else None
         restored = await flow.on_restore_session_doc(doc)
         if restored is None:
             return None
         restored.check_invariant()
-        if restored.to_json_dict() != before:
+        if custom_hook and restored.to_json_dict() != before:
             # Only a migrated document is written before the turn; an unchanged one costs nothing.
             saved = await self.session_store.save(restored, restored.revision)
             restored.revision, restored.save_on = saved.revision, saved.save_on
@@ -316,7 +325,7 @@ class FlowEngine:
         if not session_id:
             return {"success": True, "session": ""}
         try:
-            if not SESSION_ID_PATTERN.match(session_id):
+            if not SESSION_ID_PATTERN.fullmatch(session_id):
                 raise BadRequestError("The session id must be 1-128 letters, digits, '_' or '-'.")
             async with self._session_lock(session_id):
                 doc = await self.session_store.load(session_id)

@@ -25,7 +25,8 @@ class Memory:
     """All namespaces of one flow, and which of them are compacted into rolling summaries."""
 
     def __init__(self) -> None:
-        self._spaces: dict[str, Namespace] = {}
+        # A namespace stays in its stored form until a step touches it: most turns read one namespace.
+        self._spaces: dict[str, Namespace | NamespaceDoc] = {}
         self.summary_model: ModelSelection | None = None
         self.summary_config = SummaryConfig()
         self.summary_namespaces: set[str] = set()
@@ -50,6 +51,8 @@ class Memory:
         space = self._spaces.get(name)
         if space is None:
             space = self._spaces[validate_namespace(name)] = Namespace()
+        elif isinstance(space, NamespaceDoc):
+            space = self._spaces[name] = _hydrate(space)
         return space
 
     def messages(self, name: str) -> list[BaseMessage]:
@@ -60,20 +63,22 @@ class Memory:
 
     def load(self, docs: dict[str, NamespaceDoc]) -> None:
         """Hydrate from the persisted ``flow.memory`` map."""
-        self._spaces = {}
-        for name, doc in docs.items():
-            messages = [from_message_doc(m) for m in doc.messages]
-            if not messages or not isinstance(messages[0], SystemMessage):
-                messages.insert(0, SystemMessage(content=""))
-            self._spaces[name] = Namespace(messages, doc.summary, doc.summarized_through_id)
+        self._spaces = dict(docs)
 
     def dump(self) -> dict[str, NamespaceDoc]:
         """The persisted ``flow.memory`` map."""
         return {
-            name: NamespaceDoc(
+            name: space if isinstance(space, NamespaceDoc) else NamespaceDoc(
                 messages=[to_message_doc(m) for m in space.messages],
                 summary=space.summary,
                 summarized_through_id=space.summarized_through_id,
             )
             for name, space in self._spaces.items()
         }
+
+
+def _hydrate(doc: NamespaceDoc) -> Namespace:
+    messages = [from_message_doc(m) for m in doc.messages]
+    if not messages or not isinstance(messages[0], SystemMessage):
+        messages.insert(0, SystemMessage(content=""))
+    return Namespace(messages, doc.summary, doc.summarized_through_id)

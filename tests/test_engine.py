@@ -308,3 +308,21 @@ def test_engine_selects_its_store_from_the_environment(monkeypatch):
     monkeypatch.setenv("SESSION_STORE", "mongo")
     with pytest.raises(PicoFlowError, match="No valid session store 'MONGO'"):
         FlowEngine(flows=[OtherFlow])
+
+
+async def test_input_the_document_cannot_hold_is_refused_before_anything_is_stored():
+    engine, _ = scripted_engine([OtherFlow], [])
+    deep: dict = {}
+    cursor = deep
+    for _ in range(5000):
+        cursor["x"] = {}
+        cursor = cursor["x"]
+    for message, config, session in [
+        ("\ud800 lone surrogate", None, None),
+        ("hi", {"k": "\udfff"}, None),
+        ("hi", deep, None),
+        ("hi", None, "abc\n"),
+    ]:
+        response = await engine.run("OtherFlow", message, session, config)
+        assert (response.success, response.status_code, response.error_code) == (False, 400, "BAD_REQUEST")
+    assert engine.session_store._rows == {}

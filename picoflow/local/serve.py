@@ -30,6 +30,8 @@ class LambdaHTTPServer(ThreadingHTTPServer):
     """A threading HTTP server that dispatches every request to one Lambda handler callable."""
 
     daemon_threads = True
+    # socketserver's default backlog of 5 resets connections when many clients connect at once.
+    request_queue_size = 128
     #: Print one access-log line per request to stderr (the demo turns it off).
     access_log = True
 
