@@ -9,7 +9,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from picoflow.compaction import SummaryConfig
 from picoflow.messages import from_message_doc, to_message_doc
 from picoflow.models.selection import ModelSelection
-from picoflow.session.document import NamespaceDoc, validate_namespace
+from picoflow.session.document import MessageDoc, NamespaceDoc, validate_namespace
 
 
 @dataclass
@@ -19,6 +19,20 @@ class Namespace:
     messages: list[BaseMessage] = field(default_factory=lambda: [SystemMessage(content="")])
     summary: str | None = None
     summarized_through_id: str | None = None
+    # The stored form of each message loaded from the document, keyed by the message object's id(); stored
+    # messages are history and are never edited in place, so saving can reuse these instead of re-encoding.
+    stored: dict[int, tuple[BaseMessage, MessageDoc]] = field(default_factory=dict, repr=False)
+
+    def dump(self) -> NamespaceDoc:
+        return NamespaceDoc(
+            messages=[self._stored_form(message) for message in self.messages],
+            summary=self.summary,
+            summarized_through_id=self.summarized_through_id,
+        )
+
+    def _stored_form(self, message: BaseMessage) -> MessageDoc:
+        known = self.stored.get(id(message))
+        return known[1] if known is not None and known[0] is message else to_message_doc(message)
 
 
 class Memory:
@@ -68,17 +82,14 @@ class Memory:
     def dump(self) -> dict[str, NamespaceDoc]:
         """The persisted ``flow.memory`` map."""
         return {
-            name: space if isinstance(space, NamespaceDoc) else NamespaceDoc(
-                messages=[to_message_doc(m) for m in space.messages],
-                summary=space.summary,
-                summarized_through_id=space.summarized_through_id,
-            )
-            for name, space in self._spaces.items()
+            name: space if isinstance(space, NamespaceDoc) else space.dump() for name, space in self._spaces.items()
         }
 
 
 def _hydrate(doc: NamespaceDoc) -> Namespace:
-    messages = [from_message_doc(m) for m in doc.messages]
+    pairs = [(from_message_doc(m), m) for m in doc.messages]
+    messages = [message for message, _ in pairs]
     if not messages or not isinstance(messages[0], SystemMessage):
         messages.insert(0, SystemMessage(content=""))
-    return Namespace(messages, doc.summary, doc.summarized_through_id)
+    stored = {id(message): (message, stored) for message, stored in pairs}
+    return Namespace(messages, doc.summary, doc.summarized_through_id, stored)
