@@ -353,8 +353,10 @@ def end_session() -> Response[str]:
     if outcome.get("success"):
         metrics.add_metric(name="SessionsEnded", unit=MetricUnit.Count, value=1)
         return _envelope(200, {"success": True, "session": session}, session)
-    logger.warning("Session delete failed")
-    return _envelope(400, _failure_body(outcome.get("message", ""), session, "SESSION_DELETE_FAILED"), session)
+    logger.warning("Session delete failed", extra={"code": outcome.get("code")})
+    # A delete that lost a race is a conflict the client can retry; anything else keeps the documented 400.
+    status = 409 if outcome.get("code") == "SESSION_CONFLICT" else 400
+    return _envelope(status, _failure_body(outcome.get("message", ""), session, "SESSION_DELETE_FAILED"), session)
 
 
 @app.get(

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -42,6 +43,8 @@ _UNTOUCHED_ERRORS = (
     SessionStoreError,
     TurnDeadlineError,
 )
+
+_log = logging.getLogger("picoflow")
 
 _turn_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("picoflow_turn_deadline", default=None)
 
@@ -328,11 +331,18 @@ class FlowEngine:
             if not SESSION_ID_PATTERN.fullmatch(session_id):
                 raise BadRequestError("The session id must be 1-128 letters, digits, '_' or '-'.")
             async with self._session_lock(session_id):
-                doc = await self.session_store.load(session_id)
+                try:
+                    doc = await self.session_store.load(session_id)
+                except SessionFlowInvariantError:
+                    # A corrupted document cannot be read, but ending it is exactly what its owner wants.
+                    await self.session_store.delete(session_id)
+                    return {"success": True, "session": session_id}
                 if doc is not None:
                     await self.session_store.delete(session_id, doc.revision)
         except Exception as exc:  # noqa: BLE001 - deletion reports failures instead of raising
-            return {"success": False, "message": str(exc), "session": session_id}
+            failure = exc if isinstance(exc, PicoFlowError) else PicoFlowError(str(exc))
+            return {"success": False, "message": _public_message(failure), "session": session_id,
+                    "code": failure.code}
         return {"success": True, "session": session_id}
 
     async def close(self) -> None:
@@ -360,11 +370,19 @@ class FlowEngine:
                 self._locks[key] = (lock, users - 1)
 
 
+def _public_message(exc: PicoFlowError) -> str:
+    if isinstance(exc, SessionStoreError):
+        # Backend errors can name endpoints and tables: keep them in the logs, not in responses.
+        _log.warning("Session store failure", extra={"operation": exc.operation, "detail": exc.message})
+        return "The session store is unavailable right now; please retry."
+    return exc.message
+
+
 def _failure(exc: PicoFlowError, session: str) -> RunResponse:
     return RunResponse(
         success=False,
         completed=False,
-        message=exc.message,
+        message=_public_message(exc),
         session=session,
         error_code=exc.code,
         status_code=exc.status_code,

@@ -326,3 +326,25 @@ async def test_input_the_document_cannot_hold_is_refused_before_anything_is_stor
         response = await engine.run("OtherFlow", message, session, config)
         assert (response.success, response.status_code, response.error_code) == (False, 400, "BAD_REQUEST")
     assert engine.session_store._rows == {}
+
+
+async def test_a_corrupted_session_can_still_be_ended_and_store_details_stay_private():
+    engine, _ = scripted_engine([OtherFlow], [text("a")])
+    first = await engine.run("OtherFlow", "hi")
+    store = engine.session_store
+    revision, flow_name, _ = store._rows[first.session]
+    store._rows[first.session] = (revision, flow_name, b"{not json")
+    broken = await engine.run("OtherFlow", "hi", first.session)
+    assert (broken.status_code, broken.error_code) == (409, "SESSION_FLOW_INVARIANT")
+    assert await engine.delete_session(first.session) == {"success": True, "session": first.session}
+    assert first.session not in store._rows
+
+    from picoflow import SessionStoreError
+
+    async def failing_load(session_id):
+        raise SessionStoreError("load", session_id, "EndpointConnectionError: http://10.1.2.3:8000", status_code=503)
+
+    store.load = failing_load
+    failed = await engine.run("OtherFlow", "hi", "a" * 32)
+    assert (failed.status_code, failed.error_code) == (503, "SESSION_STORE_ERROR")
+    assert "10.1.2.3" not in failed.message

@@ -219,8 +219,8 @@ def test_delete_racing_a_turn_leaves_a_consistent_store(workers: Any, race_table
         assert item is None
     elif turn["status"] == 200:
         outcome = "delete-conflicted"
-        # The API reports a failed delete as 400 SESSION_DELETE_FAILED; here the cause is the revision check.
-        assert end["status"] == 400, end
+        # A delete that lost the revision check is a retryable conflict: 409 SESSION_DELETE_FAILED.
+        assert end["status"] == 409, end
         assert end["body"]["code"] == "SESSION_DELETE_FAILED" and end["body"]["success"] is False
         assert "changed or removed by another request" in end["body"]["message"]
         assert end["loaded"] == [before["revision"]]
