@@ -9,8 +9,8 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -45,6 +45,7 @@ _UNTOUCHED_ERRORS = (
 )
 
 _log = logging.getLogger("picoflow")
+T = TypeVar("T")
 
 _turn_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("picoflow_turn_deadline", default=None)
 
@@ -204,7 +205,7 @@ class FlowEngine:
         doc = await self._restore(flow, session_id)
         is_new = doc is None
         if is_new:
-            doc = await self.session_store.create(flow.new_flow_doc())
+            doc = await _before_deadline(self.session_store.create(flow.new_flow_doc()))
         tokens_before = doc.tokens.model_copy()
         try:
             flow.bind(self, doc)
@@ -241,7 +242,7 @@ class FlowEngine:
     async def _restore(self, flow: Flow, session_id: str | None) -> SessionDoc | None:
         if not session_id:
             return None
-        doc = await self.session_store.load(session_id)
+        doc = await _before_deadline(self.session_store.load(session_id))
         if doc is None or doc.run_status != "running":
             return None
         if doc.flow.name != flow.id:
@@ -256,7 +257,7 @@ class FlowEngine:
         restored.check_invariant()
         if custom_hook and restored.to_json_dict() != before:
             # Only a migrated document is written before the turn; an unchanged one costs nothing.
-            saved = await self.session_store.save(restored, restored.revision)
+            saved = await _before_deadline(self.session_store.save(restored, restored.revision))
             restored.revision, restored.save_on = saved.revision, saved.save_on
         return restored
 
@@ -271,7 +272,7 @@ class FlowEngine:
                 size = self.session_store.stored_size(doc)
             if size > limit:
                 raise SessionTooLargeError(doc.id, size, limit)
-        saved = await self.session_store.save(doc, doc.revision)
+        saved = await _before_deadline(self.session_store.save(doc, doc.revision))
         doc.revision, doc.save_on = saved.revision, saved.save_on
 
     async def _compact(self, flow: Flow, *, force: bool) -> bool:
@@ -368,6 +369,17 @@ class FlowEngine:
                 del self._locks[key]
             else:
                 self._locks[key] = (lock, users - 1)
+
+
+async def _before_deadline(call: Awaitable[T]) -> T:
+    """Await a store call, giving up when the turn's deadline passes (a hung backend must not outlast it)."""
+    deadline = _turn_deadline.get()
+    if deadline is None:
+        return await call
+    try:
+        return await asyncio.wait_for(call, max(deadline - time.monotonic(), 0.01))
+    except TimeoutError as exc:
+        raise TurnDeadlineError("The session store did not answer before the turn deadline; please retry.") from exc
 
 
 def _public_message(exc: PicoFlowError) -> str:

@@ -348,3 +348,18 @@ async def test_a_corrupted_session_can_still_be_ended_and_store_details_stay_pri
     failed = await engine.run("OtherFlow", "hi", "a" * 32)
     assert (failed.status_code, failed.error_code) == (503, "SESSION_STORE_ERROR")
     assert "10.1.2.3" not in failed.message
+
+
+async def test_a_hung_store_cannot_outlast_the_turn_deadline():
+    engine, model = scripted_engine([OtherFlow], [text("a"), text("b")])
+    first = await engine.run("OtherFlow", "hi")
+
+    async def hung_load(session_id):
+        await asyncio.sleep(30)
+
+    engine.session_store.load = hung_load
+    started = time.monotonic()
+    response = await engine.run("OtherFlow", "hi", first.session, deadline=time.monotonic() + 0.3)
+    assert (response.error_code, response.status_code) == ("TURN_DEADLINE", 504)
+    assert time.monotonic() - started < 1.0
+    assert len(model.calls) == 1
