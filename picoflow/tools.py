@@ -85,8 +85,9 @@ def tools(names: Iterable[str]) -> Callable[[Callable], Callable]:
     return mark
 
 
+@lru_cache(maxsize=1024)
 def decorated_tools(cls: type) -> dict[str, str]:
-    """Tool name -> method name for every ``@tool`` on ``cls``, the nearest class winning."""
+    """Tool name -> method name for every ``@tool`` on ``cls``, the nearest class winning (cached: read-only)."""
     found: dict[str, str] = {}
     for klass in cls.__mro__:
         claimed: dict[str, str] = {}
@@ -102,7 +103,8 @@ def decorated_tools(cls: type) -> dict[str, str]:
     return found
 
 
-def exposed_order(cls: type) -> list[str]:
+@lru_cache(maxsize=1024)
+def exposed_order(cls: type) -> tuple[str, ...]:
     """Decorated tool names, base classes first, so a subclass adds to what its parent exposed."""
     names: list[str] = []
     for klass in reversed(cls.__mro__):
@@ -110,9 +112,10 @@ def exposed_order(cls: type) -> list[str]:
             name = getattr(value, _TOOL_ATTR, None)
             if name is not None and name not in names:
                 names.append(name)
-    return names
+    return tuple(names)
 
 
+@lru_cache(maxsize=1024)
 def group_handlers(cls: type) -> dict[frozenset[str], str]:
     """Name set -> method name for every ``@tools`` handler on ``cls``, the nearest class winning."""
     found: dict[frozenset[str], str] = {}
