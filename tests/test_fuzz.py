@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import handlers.api as api
-from picoflow import Flow, ModelSelection, Step
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from tests.support import echo_flows
 from tests.support.dynamodb_local import DynamoTable
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -35,36 +35,6 @@ HANDLER_REFUSALS = {"BAD_REQUEST", "MESSAGE_TOO_LARGE"}
 FUZZ = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
-
-
-class EchoStep(Step):
-    def get_prompt(self) -> str:
-        return "Answer briefly."
-
-
-class EchoFlow(Flow):
-    def config_model(self) -> ModelSelection:
-        return ModelSelection(provider="openai", name="gpt-4o")
-
-    def define_steps(self) -> list[Step]:
-        return [EchoStep(self)]
-
-
-class JsonStep(Step):
-    def __init__(self, flow: Flow) -> None:
-        super().__init__(flow)
-        self.content_type = "application/json"
-
-    def get_prompt(self) -> str:
-        return "Answer with JSON."
-
-
-class JsonFlow(Flow):
-    def config_model(self) -> ModelSelection:
-        return ModelSelection(provider="openai", name="gpt-4o")
-
-    def define_steps(self) -> list[Step]:
-        return [JsonStep(self)]
 
 
 # -- strategies from the OpenAPI document ----------------------------------------------------------
@@ -297,7 +267,7 @@ def harness(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Harness]:
     monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
     monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
     monkeypatch.setenv("IDEMPOTENCY_TABLE", IDEMPOTENCY_TABLE)
-    monkeypatch.setenv("PICOFLOW_FLOWS", __name__)
+    monkeypatch.setenv("PICOFLOW_FLOWS", echo_flows.__name__)
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_MAX_MESSAGE_CHARS", "DYNAMODB_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(api, "_runtime", None)

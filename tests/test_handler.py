@@ -8,44 +8,15 @@ import boto3
 import pytest
 
 import handlers.api as api
-from picoflow import Flow, ModelSelection, SessionConflictError, SessionStoreError, Step
+from picoflow import SessionConflictError, SessionStoreError
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from tests.support import echo_flows
 from tests.support.dynamodb_local import REGION
 
 # Routes such as /health publish no metric; Powertools warns about that on every call.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
 SCRIPT = [{"content": f"reply {n}", "usage": {"input_tokens": 10, "output_tokens": 2}} for n in range(1, 9)]
-
-
-class EchoStep(Step):
-    def get_prompt(self) -> str:
-        return "Answer the user briefly."
-
-
-class EchoFlow(Flow):
-    def config_model(self) -> ModelSelection:
-        return ModelSelection(provider="openai", name="gpt-4o")
-
-    def define_steps(self) -> list[Step]:
-        return [EchoStep(self)]
-
-
-class JsonStep(Step):
-    def __init__(self, flow: Flow) -> None:
-        super().__init__(flow)
-        self.content_type = "application/json"
-
-    def get_prompt(self) -> str:
-        return "Answer with a JSON object."
-
-
-class JsonFlow(Flow):
-    def config_model(self) -> ModelSelection:
-        return ModelSelection(provider="openai", name="gpt-4o")
-
-    def define_steps(self) -> list[Step]:
-        return [JsonStep(self)]
 
 
 class Api:
@@ -79,7 +50,7 @@ def client(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Api]:
     script.write_text(json.dumps(SCRIPT))
     monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
     monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
-    monkeypatch.setenv("PICOFLOW_FLOWS", __name__)
+    monkeypatch.setenv("PICOFLOW_FLOWS", echo_flows.__name__)
     monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_MAX_MESSAGE_CHARS", "DYNAMODB_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)

@@ -10,43 +10,14 @@ from typing import Any
 import pytest
 
 import handlers.api as api
-from picoflow import Flow, ModelSelection, SessionConflictError, SessionStoreError, Step
+from picoflow import SessionConflictError, SessionStoreError
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from tests.support import echo_flows
 from tests.support.dynamodb_local import DynamoTable
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
 IDEMPOTENCY_TABLE = "idempotency"
-
-
-class EchoStep(Step):
-    def get_prompt(self) -> str:
-        return "Answer briefly."
-
-
-class EchoFlow(Flow):
-    def config_model(self) -> ModelSelection:
-        return ModelSelection(provider="openai", name="gpt-4o")
-
-    def define_steps(self) -> list[Step]:
-        return [EchoStep(self)]
-
-
-class JsonStep(Step):
-    def __init__(self, flow: Flow) -> None:
-        super().__init__(flow)
-        self.content_type = "application/json"
-
-    def get_prompt(self) -> str:
-        return "Answer with JSON."
-
-
-class JsonFlow(Flow):
-    def config_model(self) -> ModelSelection:
-        return ModelSelection(provider="openai", name="gpt-4o")
-
-    def define_steps(self) -> list[Step]:
-        return [JsonStep(self)]
 
 
 def reply(text: str, **extra: Any) -> dict[str, Any]:
@@ -115,7 +86,7 @@ def client(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Client]:
     monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
     monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
     monkeypatch.setenv("IDEMPOTENCY_TABLE", IDEMPOTENCY_TABLE)
-    monkeypatch.setenv("PICOFLOW_FLOWS", __name__)
+    monkeypatch.setenv("PICOFLOW_FLOWS", echo_flows.__name__)
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_MAX_MESSAGE_CHARS", "DYNAMODB_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(api, "_runtime", None)
