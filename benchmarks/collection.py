@@ -21,6 +21,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
+from flows.basic.profile import AddressArgs, BirthDateArgs, NameArgs
 from flows.basic.validators import InvalidInput, check_birth_date, check_full_name, parse_address
 from picoflow import Flow, ModelSelection, Step, ToolSpec, Transition, finish, go, stay, tool
 from picoflow.models.registry import ModelProvider
@@ -50,18 +51,7 @@ CLOSING = "Thank you, {name}. Your profile is complete."
 # -- tool schemas and domain checks (framework-free, used by both sides) -------------------------------------
 
 
-class NameArgs(BaseModel):
-    name: str = Field(min_length=3, description="The user's complete first and last name")
-
-
-class BirthDateArgs(BaseModel):
-    year: int = Field(ge=1900, le=2100, description="Four-digit year")
-    month: int = Field(ge=1, le=12, description="Month number, 1 to 12")
-    day: int = Field(ge=1, le=31, description="Day of the month, 1 to 31")
-
-
-class AddressArgs(BaseModel):
-    address: str = Field(description="The whole address exactly as the user typed it")
+# The argument models are BasicFlow's own, so both sides validate exactly what the bundled flow does.
 
 
 TOOLS: dict[str, tuple[str, type[BaseModel]]] = {
