@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import json
 import time
@@ -37,6 +38,10 @@ from picoflow.transitions import TOOL_VALIDATED, Transition, _executing_handler_
 if TYPE_CHECKING:
     from picoflow.flow import Flow
     from picoflow.step import Step
+
+_handled_tool_call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "picoflow_handled_tool_call", default=None
+)
 
 EMPTY_RESPONSE_NUDGE = "Follow system prompt and respond properly."
 MAX_HOPS_PER_TURN = 64
@@ -406,13 +411,20 @@ def _remaining_time(flow: Flow) -> float | None:
 # -- tool dispatch ---------------------------------------------------------------------------
 
 
-async def _call_handler(step: Step, handler: Any, argument: Any) -> Any:
+async def _call_handler(step: Step, handler: Any, argument: Any, call: dict[str, Any] | None = None) -> Any:
     token = _executing_handler_step.set(step)
+    call_token = _handled_tool_call.set(call)
     try:
         result = handler(argument)
         return await result if inspect.isawaitable(result) else result
     finally:
+        _handled_tool_call.reset(call_token)
         _executing_handler_step.reset(token)
+
+
+def handled_tool_call() -> dict[str, Any] | None:
+    """The tool call whose individual handler is running, if any."""
+    return _handled_tool_call.get()
 
 
 def _group_route(step: Step, method: str, result: Any) -> Transition:
@@ -476,7 +488,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
             flow.logger.warn(f"missing tool handler: {name}", step=step.id)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
             continue
-        returned = await _call_handler(step, handler, args)
+        returned = await _call_handler(step, handler, args, call)
         if isinstance(returned, DirectResult):
             outcome.result = _worker_result(flow, step, returned)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -259,6 +260,20 @@ class Step:
         from picoflow.messages import gen_message_id
 
         return gen_message_id(self)
+
+    def tool_idempotency_key(self, call: dict[str, Any] | None = None) -> str:
+        """A stable key for the tool call being handled (in a ``@tools`` handler, pass one of its calls).
+
+        It is the same for the same session, step, tool and model call id, and differs everywhere else: hand it
+        to payment, booking or ticketing APIs so that a repeated call is recognised instead of applied twice.
+        """
+        from picoflow.runner import handled_tool_call
+
+        call = call or handled_tool_call()
+        if not call or not call.get("id"):
+            raise PicoFlowError("tool_idempotency_key() needs a tool call: use it inside a tool handler.")
+        raw = f"{self.flow.get_session_id()}|{self.id}|{call.get('name')}|{call['id']}"
+        return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
 
     # -- content type and completion ------------------------------------------------------------
 

@@ -577,3 +577,60 @@ async def test_group_handler_calls_are_validated_before_the_handler_runs():
     assert "Invalid arguments for tool 'get_weather'" in first_results[1].content
     assert first_results[0].content.startswith("Not run")
     assert BatchStep.runs == [[{"city": "LA"}, {"city": "NYC"}]]
+
+
+async def test_tool_handlers_get_a_stable_idempotency_key_per_session_and_call():
+    class PayArgs(BaseModel):
+        amount: int
+
+    class PayStep(Step):
+        keys: list = []
+
+        def define_tools(self) -> list[ToolSpec]:
+            return [ToolSpec(name="pay", description="Charge the card", schema=PayArgs),
+                    ToolSpec(name="refund", description="Refund", schema=PayArgs)]
+
+        @tool
+        async def pay(self, args: dict) -> object:
+            PayStep.keys.append(("pay", self.tool_idempotency_key()))
+            return stay("charged")
+
+        def use_tools(self) -> list[str]:
+            return ["refund"]
+
+        @tools(["refund"])
+        async def refunds(self, calls: list) -> object:
+            PayStep.keys.extend(("refund", self.tool_idempotency_key(c)) for c in calls)
+            return stay("refunded")
+
+    class PayFlow(Flow):
+        def config_model(self) -> ModelSelection:
+            return ModelSelection(provider="scripted", name="m")
+
+        def define_steps(self) -> list[Step]:
+            return [PayStep(self)]
+
+    def script() -> list:
+        return [
+            {"content": "", "tool_calls": [{"name": "pay", "args": {"amount": 5}, "id": "call-1"},
+                                           {"name": "pay", "args": {"amount": 5}, "id": "call-2"}]},
+            {"content": "", "tool_calls": [{"name": "refund", "args": {"amount": 5}, "id": "call-1"}]},
+            text("done"),
+        ]
+
+    engine, _ = scripted_engine([PayFlow], script())
+    first = await engine.run("PayFlow", "pay twice")
+    keys = list(PayStep.keys)
+    assert [kind for kind, _ in keys] == ["pay", "pay", "refund"]
+    assert len({key for _, key in keys}) == 3 and all(len(key) == 32 for _, key in keys)
+    # The same calls in another session give other keys; the same session and call give the same key.
+    PayStep.keys.clear()
+    engine2, _ = scripted_engine([PayFlow], script())
+    second = await engine2.run("PayFlow", "pay twice")
+    assert second.session != first.session
+    assert not {key for _, key in PayStep.keys} & {key for _, key in keys}
+    step = PayStep(engine.get_flow("PayFlow")())
+    from picoflow import PicoFlowError
+
+    with pytest.raises(PicoFlowError, match="inside a tool handler"):
+        step.tool_idempotency_key()
