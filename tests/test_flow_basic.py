@@ -20,9 +20,11 @@ import flows.basic
 import handlers.api as api
 from flows.basic import IDLE_EXPIRY_MS, BasicFlow
 from flows.basic.common import ABRUPT_END, ADDRESS_END, parse_json_object
+from flows.basic.concurrent import ConcurStep4
 from flows.basic.validators import InvalidInput, check_birth_date, check_full_name, parse_address
 from picoflow import DynamoDBSessionStore, FlowEngine, MemorySessionStore, SessionDoc
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.messages import message_step
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 
@@ -42,6 +44,24 @@ EXPECTED_STEPS = [
     "AddressStep",
     "AddressStep",
     "TerminateSessionStep",
+]
+# The parallel workers of the "John Wick" turn, in the order their calls are made. Their scripted
+# replies are identical, so whichever worker asks first, every worker gets the same answer.
+WORKERS = ["ConcurStep1", "ConcurStep2", "ConcurStep3", "ConcurStep4"]
+WORKER_TASKS = {
+    "ConcurStep1": "run the first follow-up task",
+    "ConcurStep2": "run the second follow-up task",
+    "ConcurStep3": "double-check what ConcurStep1 reported",
+    "ConcurStep4": "prepare the ground for ConcurStep2",
+}
+# The nested part of the sequence one run_step(InContextStep) adds: levels 2 to 4, each parallel branch
+# followed by the worker it nested, in request order (not in completion order).
+NESTED_SEQUENCE = [
+    (2, "InContextStep"),
+    (3, "ConcurStep1"),
+    (4, "ConcurStep3"),
+    (3, "ConcurStep2"),
+    (4, "ConcurStep4"),
 ]
 PRESIDENT_REPLY = {
     "content": "Abraham Lincoln, who led the Union through the Civil War.",
@@ -121,6 +141,15 @@ def _tool_results(messages: list[BaseMessage]) -> list[str]:
     return results
 
 
+def _public(state: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in state.items() if key != "_saveOn"}
+
+
+def _worker(call: list[BaseMessage]) -> str | None:
+    """The step that made a model call, read from the id of the message closing its request."""
+    return message_step(call[-1])
+
+
 def _owners(doc: SessionDoc, namespace: str) -> set[str]:
     """The steps that wrote the (non-system) messages of one namespace."""
     return {m.id.split("|", 1)[0] for m in doc.flow.memory[namespace].messages if m.type != "system"}
@@ -191,7 +220,8 @@ def test_scripted_conversation_walks_basic_flow_to_completion(basic_client):
     ]
     assert "name" not in _state(docs[turn], "NameStep")
 
-    # The real name: InContextStep runs nested (structured output), the cursor goes straight to DOBStep.
+    # The real name: InContextStep runs nested (structured output) after fanning out to four parallel
+    # workers; the cursor goes straight to DOBStep.
     turn = _turn_index("John Wick")
     doc = docs[turn]
     name_state = _state(doc, "NameStep")
@@ -201,8 +231,36 @@ def test_scripted_conversation_walks_basic_flow_to_completion(basic_client):
     in_context = _state(doc, "InContextStep")
     assert in_context["movieIdea"]["releaseYear"] == 2030
     assert "_transient" not in in_context
-    assert _sequence(doc)[-3:] == [(1, "NameStep"), (2, "InContextStep"), (1, "DOBStep")]
-    user_name_call, movie_call, dob_call = model_calls[turn]
+    assert _sequence(doc)[-7:] == [(1, "NameStep"), *NESTED_SEQUENCE, (1, "DOBStep")]
+    user_name_call, *worker_calls, movie_call, dob_call = model_calls[turn]
+    by_worker = {_worker(call): call for call in worker_calls}
+    assert sorted(by_worker) == WORKERS and len(worker_calls) == 4
+    order = [_worker(call) for call in worker_calls]
+    # ConcurStep1 nests from on_response (after its own call), ConcurStep2 from on_enter (before it).
+    assert order.index("ConcurStep1") < order.index("ConcurStep3")
+    assert order.index("ConcurStep4") < order.index("ConcurStep2")
+    follow_up = TURNS[turn]["replies"][1]["content"]
+    for name, call in by_worker.items():
+        # Each worker starts from its own prompt and message: no share of any other history.
+        assert [m.type for m in call] == ["system", "human"], name
+        assert f"You are {name}," in call[0].content and WORKER_TASKS[name] in call[0].content, name
+        assert WORKER_TASKS[name] in call[1].content, name
+        assert not any("John Wick" in str(m.content) for m in call), name
+    # The child run from on_enter answered before ConcurStep2's prompt was rendered.
+    assert f"already reported: {follow_up}" in by_worker["ConcurStep2"][0].content
+    # What the workers published: each its own slot, and the parents' view of their children's outputs.
+    for name in WORKERS:
+        worker_state = _state(doc, name)
+        assert (worker_state["task"], worker_state["confirmation"]) == (WORKER_TASKS[name], follow_up), name
+    assert _state(doc, "ConcurStep1")["followUp"] == {"ConcurStep3": {"output": follow_up}}
+    assert _state(doc, "ConcurStep2")["prerequisite"] == {"ConcurStep4": {"output": follow_up}}
+    assert in_context["followUps"] == {
+        "ConcurStep1": {"output": follow_up},
+        "ConcurStep2": {"output": follow_up},
+    }
+    # No child ever held the cursor, and every worker's state was written in this turn only.
+    assert not set(WORKERS) & set(EXPECTED_STEPS)
+    assert all(_public(_state(docs[turn - 1], name)) == {} for name in WORKERS)
     # The transient argument reached the child's prompt during the request.
     assert "passed by NameStep for this request only" in movie_call[0].content
     assert [m.type for m in movie_call] == ["system", "human"]
@@ -210,7 +268,7 @@ def test_scripted_conversation_walks_basic_flow_to_completion(basic_client):
     assert "Ask for the date of birth of John Wick." in dob_call[0].content
     # Shared "default" history: DOBStep's model sees the name exchange NameStep had.
     assert any(isinstance(m, HumanMessage) and m.content == "John Wick" for m in dob_call)
-    dob_selection = client.model.selections[sum(len(t["replies"]) for t in TURNS[:turn]) + 2]
+    dob_selection = client.model.selections[sum(len(t["replies"]) for t in TURNS[: turn + 1]) - 1]
     assert (dob_selection.name, dob_selection.params) == ("gpt-5.1", {"reasoning": {"effort": "low"}})
 
     turn = _turn_index("2/31/2000")
@@ -247,14 +305,17 @@ def test_scripted_conversation_walks_basic_flow_to_completion(basic_client):
         (1, "GooLogicStep"),
         (1, "FavoritesStep"),
         (1, "NameStep"),
-        (2, "InContextStep"),
+        *NESTED_SEQUENCE,
         (1, "DOBStep"),
         (1, "AddressStep"),
         (1, "TerminateSessionStep"),
     ]
 
-    # Shared and isolated namespaces.
+    # Shared and isolated namespaces. run_steps() workers talk to the model on private copies of memory
+    # that picoflow discards at the join, so ConcurStep1..4 leave no namespace behind (the original keeps
+    # one per worker); their results live in their state and their parents'.
     assert set(doc.flow.memory) == {"WeatherStep", "default", "favorite", "separate", "temp"}
+    assert not any(_owners(doc, namespace) & set(WORKERS) for namespace in doc.flow.memory)
     assert _owners(doc, "default") == {"FooLogicStep", "GooLogicStep", "NameStep", "DOBStep", "AddressStep"}
     assert _owners(doc, "favorite") == {"FavoritesStep"}
     assert _owners(doc, "separate") == {"InContextStep"}
@@ -262,7 +323,7 @@ def test_scripted_conversation_walks_basic_flow_to_completion(basic_client):
     assert _owners(doc, "WeatherStep") == {"WeatherStep"}
     assert not any(m.content == "John Wick" for m in movie_call)
 
-    # Tokens: the sum of every scripted usage record.
+    # Tokens: the sum of every scripted usage record, the parallel workers' calls included.
     usages = [reply["usage"] for turn in TURNS for reply in turn["replies"]]
     tokens = doc.tokens
     assert tokens.input_tokens == sum(u["input_tokens"] for u in usages)
@@ -374,6 +435,44 @@ async def test_favorites_prose_keeps_the_step_and_bad_json_is_not_saved():
     assert third.success is True
     assert doc.flow.current_step == "FavoritesStep"
     assert "favorites" not in _state(doc, "FavoritesStep")
+
+
+async def test_a_failed_worker_is_recorded_and_the_name_turn_still_completes(monkeypatch):
+    async def backend_down(self: ConcurStep4, user_message: str | None = None) -> str:
+        raise RuntimeError("the preparatory backend is down")
+
+    monkeypatch.setattr(ConcurStep4, "run", backend_down)
+    turn = _turn_index("John Wick")
+    # ConcurStep4 never reaches the model, so the turn needs one follow-up reply fewer.
+    name_turn = TURNS[turn]["replies"]
+    engine, model = _engine([*(r for t in TURNS[:turn] for r in t["replies"]), name_turn[0], *name_turn[2:]])
+    session = None
+    for earlier in TURNS[:turn]:
+        session = (await engine.run("BasicFlow", earlier["user"], session, config=CONVERSATION["config"])).session
+    before = len(model.calls)
+
+    response = await engine.run("BasicFlow", "John Wick", session, config=CONVERSATION["config"])
+    assert response.success is True
+    assert response.message == name_turn[-1]["content"]
+    doc = await engine.session_store.load(session)
+    assert doc.flow.current_step == "DOBStep"
+    assert model.remaining == 0
+    worker_calls = {_worker(call): call for call in model.calls[before + 1 : -2]}
+    assert sorted(worker_calls) == ["ConcurStep1", "ConcurStep2", "ConcurStep3"]
+    # The rejected branch is reported to its parent, which carries on without it.
+    assert _state(doc, "ConcurStep2")["prerequisite"] == {
+        "ConcurStep4": {"error": "RuntimeError: the preparatory backend is down"}
+    }
+    assert "went ahead without it" in worker_calls["ConcurStep2"][0].content
+    assert _public(_state(doc, "ConcurStep4")) == {}
+    follow_up = name_turn[1]["content"]
+    assert _state(doc, "InContextStep")["followUps"] == {
+        "ConcurStep1": {"output": follow_up},
+        "ConcurStep2": {"output": follow_up},
+    }
+    assert _state(doc, "NameStep")["inContext"]["title"] == "Orbit Academy"
+    # A branch that started is traced even when it failed.
+    assert _sequence(doc)[-7:] == [(1, "NameStep"), *NESTED_SEQUENCE, (1, "DOBStep")]
 
 
 async def test_idle_sessions_start_over():

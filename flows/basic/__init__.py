@@ -1,14 +1,15 @@
 """BasicFlow: a small profile collection that exercises the main parts of the Step contract.
 
 Path: WeatherStep -> FooLogicStep -> GooLogicStep -> FavoritesStep -> NameStep (runs InContextStep
-inline) -> DOBStep -> AddressStep -> TerminateSessionStep. With ``config.isPresident`` the session
-starts at PresidentStep instead and ends after one answer.
+inline, which runs ConcurStep1..4 as parallel workers) -> DOBStep -> AddressStep -> TerminateSessionStep.
+With ``config.isPresident`` the session starts at PresidentStep instead and ends after one answer.
 
 The flow is defined here, in the package module, so ``PICOFLOW_FLOWS=flows.basic`` registers it.
 """
 
 from __future__ import annotations
 
+from flows.basic.concurrent import ConcurStep1, ConcurStep2, ConcurStep3, ConcurStep4
 from flows.basic.favorites import FavoritesStep
 from flows.basic.in_context import InContextStep
 from flows.basic.logic import FooLogicStep, GooLogicStep
@@ -41,6 +42,12 @@ class BasicFlow(Flow):
             FooLogicStep(self).use_memory("default"),
             GooLogicStep(self).use_memory("default"),
             InContextStep(self).use_memory("separate"),
+            # No use_memory(): each worker keeps its own class-named namespace, so no two branches of one
+            # run_steps() call could ever share a history.
+            ConcurStep1(self),
+            ConcurStep2(self),
+            ConcurStep3(self),
+            ConcurStep4(self),
             PresidentStep(self).use_memory("president"),
             FavoritesStep(self).use_memory("favorite"),
             TerminateSessionStep(self).use_memory("temp"),
@@ -59,6 +66,10 @@ class BasicFlow(Flow):
 __all__ = [
     "AddressStep",
     "BasicFlow",
+    "ConcurStep1",
+    "ConcurStep2",
+    "ConcurStep3",
+    "ConcurStep4",
     "DOBStep",
     "FavoritesStep",
     "FooLogicStep",

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from flows.basic.concurrent import ConcurStep1, ConcurStep2, follow_up, outcome
 from picoflow import Step
 from picoflow.prompts import prompt
 
@@ -26,9 +27,22 @@ class MovieIdea(BaseModel):
 class InContextStep(Step):
     """Run by NameStep through ``run_step``: it never becomes the current step.
 
-    The original demo also fans out to parallel children from ``on_enter``; that part waits for
-    ``run_steps``.
+    Before its own model call it fans out to ConcurStep1 and ConcurStep2 in parallel (each of which nests
+    one more worker) and keeps what they returned.
     """
+
+    async def on_enter(self) -> None:
+        await super().on_enter()
+        # The two branches are independent: separate step classes, separate state slots, no shared history.
+        batch = await self.run_steps(
+            [
+                follow_up(ConcurStep1, "run the first follow-up task"),
+                follow_up(ConcurStep2, "run the second follow-up task"),
+            ]
+        )
+        # Results come back in request order, whichever branch finished first; a failed branch is
+        # recorded here instead of failing the user's turn.
+        self.save_state({"followUps": outcome(batch)})
 
     def get_prompt(self) -> str:
         # The caller passes this per-request argument as transient state; it is never persisted.
