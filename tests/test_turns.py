@@ -195,35 +195,38 @@ async def test_hallucinated_and_unhandled_tools_warn_and_continue():
     assert [w.message for w in doc.warn] == ["missing tool handler: lookup", "hallucinated tool: invented"]
 
 
+class WeatherStep(Step):
+    batches: list = []
+
+    def define_tools(self) -> list[ToolSpec]:
+        return [ToolSpec(name="get_weather", description="Weather for a city", schema=CityArgs)]
+
+    @tool
+    async def get_weather(self, args: dict) -> object:
+        raise AssertionError("the group handler is authoritative")
+
+    @tools(["get_weather"])
+    async def all_weather(self, calls: list) -> object:
+        WeatherStep.batches.append([c["args"] for c in calls])
+        return stay("sunny everywhere")
+
+
+class WeatherFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return ModelSelection(provider="scripted", name="m")
+
+    def define_steps(self) -> list[Step]:
+        return [WeatherStep(self)]
+
+
 async def test_group_handler_receives_every_call_once_and_answers_each():
-    class WeatherStep(Step):
-        seen: list = []
-
-        def define_tools(self) -> list[ToolSpec]:
-            return [ToolSpec(name="get_weather", description="Weather for a city", schema=CityArgs)]
-
-        @tool
-        async def get_weather(self, args: dict) -> object:
-            raise AssertionError("the group handler is authoritative")
-
-        @tools(["get_weather"])
-        async def all_weather(self, calls: list) -> object:
-            WeatherStep.seen.append([c["args"]["city"] for c in calls])
-            return stay("sunny everywhere")
-
-    class WeatherFlow(Flow):
-        def config_model(self) -> ModelSelection:
-            return ModelSelection(provider="scripted", name="m")
-
-        def define_steps(self) -> list[Step]:
-            return [WeatherStep(self)]
-
+    WeatherStep.batches.clear()
     engine, model = scripted_engine(
         [WeatherFlow], [call(("get_weather", {"city": "LA"}), ("get_weather", {"city": "NYC"})), text("ok")]
     )
     response = await engine.run("WeatherFlow", "weather?")
     assert response.message == "ok"
-    assert WeatherStep.seen == [["LA", "NYC"]]
+    assert WeatherStep.batches == [[{"city": "LA"}, {"city": "NYC"}]]
     results = [m for m in model.calls[1] if isinstance(m, ToolMessage)]
     assert len({m.tool_call_id for m in results}) == 2
     assert all(m.content == "sunny everywhere" for m in results)
@@ -543,40 +546,19 @@ async def test_builders_are_immutable():
 
 
 async def test_group_handler_calls_are_validated_before_the_handler_runs():
-    class BatchStep(Step):
-        runs: list = []
-
-        def define_tools(self) -> list[ToolSpec]:
-            return [ToolSpec(name="get_weather", description="Weather for a city", schema=CityArgs)]
-
-        @tool
-        async def get_weather(self, args: dict) -> object:
-            raise AssertionError("the group handler is authoritative")
-
-        @tools(["get_weather"])
-        async def batch(self, calls: list) -> object:
-            BatchStep.runs.append([c["args"] for c in calls])
-            return stay("ok")
-
-    class BatchFlow(Flow):
-        def config_model(self) -> ModelSelection:
-            return ModelSelection(provider="scripted", name="m")
-
-        def define_steps(self) -> list[Step]:
-            return [BatchStep(self)]
-
+    WeatherStep.batches.clear()
     engine, model = scripted_engine(
-        [BatchFlow],
+        [WeatherFlow],
         [call(("get_weather", {"city": "LA"}), ("get_weather", {"town": "NYC"})),
          call(("get_weather", {"city": "LA"}), ("get_weather", {"city": "NYC"})), text("done")],
     )
-    response = await engine.run("BatchFlow", "weather?")
+    response = await engine.run("WeatherFlow", "weather?")
     assert response.message == "done"
     first_results = [m for m in model.calls[1] if isinstance(m, ToolMessage)]
     assert [m.status for m in first_results] == ["error", "error"]
     assert "Invalid arguments for tool 'get_weather'" in first_results[1].content
     assert first_results[0].content.startswith("Not run")
-    assert BatchStep.runs == [[{"city": "LA"}, {"city": "NYC"}]]
+    assert WeatherStep.batches == [[{"city": "LA"}, {"city": "NYC"}]]
 
 
 async def test_tool_handlers_get_a_stable_idempotency_key_per_session_and_call():
