@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             session = reply.session or session
             reported, completed = _print_reply(turn["user"], reply.status, reply.content_type, reply.text)
             session = reported or session
+            print(f"      [session {session}]")
             if reply.status >= 400:
                 return 1
             if completed:
