@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from picoflow.compaction import compact_history
+from picoflow.decision import DecisionProvider
 from picoflow.errors import (
     PicoFlowError,
     SessionConflictError,
@@ -98,8 +99,11 @@ class FlowEngine:
         providers: ProviderRegistry | Iterable[ModelProvider] | None = None,
         *,
         retry_delay: float = 0.5,
+        decision_providers: Mapping[str, DecisionProvider] | None = None,
     ) -> None:
         self._flows: dict[str, type[Flow]] = {}
+        #: Decision providers by the provider name a decision model selection gives; others use the chat model.
+        self.decision_providers: dict[str, DecisionProvider] = dict(decision_providers or {})
         self.session_store = session_store if session_store is not None else store_from_env()
         if isinstance(providers, ProviderRegistry):
             self.providers = providers

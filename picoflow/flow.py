@@ -9,6 +9,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from picoflow.decision import (
+    DEFAULT_MAX_PRIOR_REQUESTS,
+    DecisionConversation,
+    DecisionErrorContext,
+    read_conversation,
+)
 from picoflow.errors import PicoFlowError
 from picoflow.logger import SessionLogger
 from picoflow.memory import Memory
@@ -22,7 +28,7 @@ from picoflow.parallel import (
     read_only,
     run_batch,
 )
-from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc
+from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc, TokenUsage
 from picoflow.step import Step, TerminateSessionStep, deep_merge, read_path
 from picoflow.tools import ToolSpec
 from picoflow.transitions import step_name
@@ -105,6 +111,14 @@ class Flow:
 
     async def on_llm_blocked(self, context: LlmBlockedContext) -> Any:
         """Consulted when a step's ``on_llm_blocked`` returns None; None lets the refusal propagate."""
+        return None
+
+    def config_decision(self) -> dict[str, Any]:
+        """Decision options every ``DecisionStep`` inherits: ``model``, ``max_retries``, ``timeout_ms``."""
+        return {}
+
+    async def on_decision_error(self, error: Exception, context: DecisionErrorContext) -> Any:
+        """Consulted when a decision step's ``on_decision_error`` returns None; None re-raises ``error``."""
         return None
 
     def is_batch(self) -> bool:
@@ -218,6 +232,18 @@ class Flow:
         if namespace is None:
             return memory
         return memory.messages(namespace)
+
+    def get_conversation(
+        self, namespace: str, max_prior_requests: int = DEFAULT_MAX_PRIOR_REQUESTS
+    ) -> DecisionConversation:
+        """The newest human request in ``namespace`` and up to ``max_prior_requests`` earlier ones.
+
+        Navigation messages the framework writes between steps are left out.
+        """
+        memory = self.get_memory()
+        if namespace not in memory.names():
+            return read_conversation([], self._steps, max_prior_requests)
+        return read_conversation(memory.messages(namespace), self._steps, max_prior_requests)
 
     # -- tools --------------------------------------------------------------------------------
 
@@ -417,3 +443,12 @@ class Flow:
 
         # Token accounting records attempted work, workers' included.
         add_usage(self._require_doc().tokens, message)
+
+    def tally_decision(self, usage: TokenUsage | None) -> None:
+        """Add a decision call's usage to ``decisionUsage``, kept apart from the chat ``tokens``."""
+        if usage is None:
+            return
+        doc = self._require_doc()
+        if doc.decision_usage is None:
+            doc.decision_usage = TokenUsage()
+        doc.decision_usage.add(usage)

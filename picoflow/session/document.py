@@ -204,6 +204,8 @@ class SessionDoc(_Doc):
     save_on: Timestamp = Field(default_factory=utc_now, alias="saveOn")
     flow: FlowDoc
     tokens: TokenUsage = Field(default_factory=TokenUsage)
+    #: Usage of DecisionStep provider calls, apart from the chat ``tokens``; absent until the first decision.
+    decision_usage: TokenUsage | None = Field(default=None, alias="decisionUsage", exclude_if=_omit_none)
     log: list[LogEntry] = Field(default_factory=list)
     error: list[LogEntry] = Field(default_factory=list)
     warn: list[LogEntry] = Field(default_factory=list)

@@ -1,0 +1,754 @@
+"""DecisionStep: typed, non-generative decisions (choice, score, noul) that route like a logic step.
+
+A decision step asks a decision provider a batch of typed questions about the conversation and some
+application facts, checks the answers against the questions, and hands them to ``on_decision``, which
+returns an ordinary transition. It is a ``LogicStep``, so the runner needs nothing special for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model, field_validator
+
+from picoflow.errors import PicoFlowError
+from picoflow.messages import content_text
+from picoflow.models.selection import ModelSelection
+from picoflow.parallel import ParallelCancelledError, current_signal
+from picoflow.runner import EMPTY_RESPONSE_NUDGE, MIN_CALL_SECONDS, TurnDeadlineError
+from picoflow.session.document import TokenUsage
+from picoflow.step import LogicStep, Step
+from picoflow.tokens import usage_from_message
+from picoflow.tools import group_handlers
+from picoflow.transitions import Transition, as_transition
+
+if TYPE_CHECKING:
+    from picoflow.flow import Flow
+    from picoflow.models.registry import ProviderRegistry
+
+#: Fact keys the framework fills in from the conversation.
+RESERVED_FACT_KEYS = frozenset({"request", "priorRequests"})
+DEFAULT_MAX_PRIOR_REQUESTS = 4
+# Probability distributions may be rounded by the provider; this much drift from 1 is accepted.
+PROBABILITY_TOLERANCE = 0.01
+
+# Human messages the framework itself writes when it moves between steps (Step.on_crossing opens a fresh
+# step with "Start"; the runner enters a logic step with "Continue to step:<name>") or nudges a model that
+# answered with nothing. They are navigation, not something the user asked.
+_OPENER = "Start"
+_CONTINUE_PREFIX = "Continue to step:"
+
+
+# -- questions ---------------------------------------------------------------------------------
+
+
+class _Question(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instructions: str | None = None
+
+
+class Choice(_Question):
+    """Pick one label; ``criteria`` maps each label to a description of when it applies."""
+
+    type: Literal["choice"] = "choice"
+    criteria: dict[str, JsonValue]
+
+    @field_validator("criteria")
+    @classmethod
+    def _two_labels(cls, criteria: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        if len(criteria) < 2:
+            raise ValueError("a Choice needs at least two labels")
+        if any(not label.strip() for label in criteria):
+            raise ValueError("Choice labels must be non-empty")
+        return criteria
+
+
+class Score(_Question):
+    """Place the subject on an ordered scale; ``criteria[i]`` describes level ``i``."""
+
+    type: Literal["score"] = "score"
+    criteria: list[JsonValue]
+
+    @field_validator("criteria")
+    @classmethod
+    def _two_levels(cls, criteria: list[JsonValue]) -> list[JsonValue]:
+        if len(criteria) < 2:
+            raise ValueError("a Score needs at least two levels")
+        return criteria
+
+
+class Noul(_Question):
+    """A yes/no question answered with the probability that the answer is yes."""
+
+    type: Literal["noul"] = "noul"
+    criteria: dict[Literal["true", "false"], JsonValue] | None = None
+
+
+Question = Choice | Score | Noul
+
+
+# -- answers -----------------------------------------------------------------------------------
+
+
+class _Answer(BaseModel):
+    # Strict, so that a provider's "0.7" or true is reported instead of silently coerced.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class ChoiceAnswer(_Answer):
+    """The chosen label, a probability for every label, and the confidence in the choice."""
+
+    type: Literal["choice"] = "choice"
+    choice: str
+    probabilities: dict[str, float]
+    confidence: float
+
+
+class ScoreAnswer(_Answer):
+    """A position from 0 to the last level (possibly fractional), its nearest level's criterion as ``legend``,
+    a probability per level and the confidence."""
+
+    type: Literal["score"] = "score"
+    score: float
+    probabilities: list[float]
+    confidence: float
+    legend: JsonValue = None
+
+
+class NoulAnswer(_Answer):
+    """The probability, in [0, 1], that the answer is yes."""
+
+    type: Literal["noul"] = "noul"
+    noul: float
+
+
+Answer = ChoiceAnswer | ScoreAnswer | NoulAnswer
+_ANSWER_TYPES: dict[str, type[_Answer]] = {"choice": ChoiceAnswer, "score": ScoreAnswer, "noul": NoulAnswer}
+
+
+class DecisionValidationError(PicoFlowError):
+    """A provider's answers do not fit the questions; they never reach ``on_decision`` and are not retried."""
+
+    code = "DECISION_INVALID"
+    status_code = 502
+
+    def __init__(self, message: str, *, usage: TokenUsage | None = None) -> None:
+        super().__init__(message)
+        #: What the rejected response cost, so it is still accounted for.
+        self.usage = usage
+
+
+def validate_answers(questions: Mapping[str, Question], answers: Any) -> dict[str, Answer]:
+    """Check ``answers`` against ``questions`` and return them typed; raise ``DecisionValidationError``."""
+    if not isinstance(answers, Mapping):
+        raise DecisionValidationError(f"Decision answers must be a mapping, not {type(answers).__name__}.")
+    missing = [name for name in questions if name not in answers]
+    unknown = sorted(str(name) for name in answers if name not in questions)
+    if missing or unknown:
+        found = (("missing", missing), ("unknown", unknown))
+        problems = [f"{kind} {', '.join(names)}" for kind, names in found if names]
+        raise DecisionValidationError(f"Decision answers do not match the questions: {'; '.join(problems)}.")
+    return {name: _validate_answer(name, question, answers[name]) for name, question in questions.items()}
+
+
+def _validate_answer(name: str, question: Question, raw: Any) -> Answer:
+    if isinstance(raw, BaseModel):
+        raw = raw.model_dump()
+    try:
+        answer = _ANSWER_TYPES[question.type].model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error.get("loc", ())) or "answer"
+        raise DecisionValidationError(
+            f"Answer '{name}' is not a {question.type} answer ({where}: {error.get('msg')})."
+        ) from exc
+
+    def fail(problem: str) -> DecisionValidationError:
+        return DecisionValidationError(f"Answer '{name}' ({question.type}): {problem}.")
+
+    if isinstance(answer, NoulAnswer):
+        if not _is_probability(answer.noul):
+            raise fail(f"noul {answer.noul} is outside [0, 1]")
+        return answer
+    if not _is_probability(answer.confidence):
+        raise fail(f"confidence {answer.confidence} is outside [0, 1]")
+    if isinstance(answer, ChoiceAnswer):
+        assert isinstance(question, Choice)
+        if answer.choice not in question.criteria:
+            raise fail(f"choice {answer.choice!r} is not one of {', '.join(map(repr, question.criteria))}")
+        if set(answer.probabilities) != set(question.criteria):
+            raise fail("probabilities must cover exactly the declared labels")
+        _check_distribution(answer.probabilities.values(), fail)
+        return answer
+    assert isinstance(question, Score)
+    last = len(question.criteria) - 1
+    if not 0 <= answer.score <= last:
+        raise fail(f"score {answer.score} is outside [0, {last}]")
+    if len(answer.probabilities) != len(question.criteria):
+        raise fail(f"probabilities must have one entry per level ({len(question.criteria)})")
+    _check_distribution(answer.probabilities, fail)
+    legend = question.criteria[nearest_level(answer.score, last)]
+    if "legend" not in answer.model_fields_set:
+        return answer.model_copy(update={"legend": legend})
+    if answer.legend != legend:
+        raise fail(f"legend {answer.legend!r} is not the criterion of the nearest level, {legend!r}")
+    return answer
+
+
+def nearest_level(score: float, last: int) -> int:
+    """The level a (possibly fractional) score rounds to, halves rounding up."""
+    return min(int(math.floor(score + 0.5)), last)
+
+
+def _is_probability(value: float) -> bool:
+    return 0.0 <= value <= 1.0
+
+
+def _check_distribution(values: Iterable[float], fail: Any) -> None:
+    values = list(values)
+    if not all(_is_probability(value) for value in values):
+        raise fail("every probability must lie in [0, 1]")
+    if abs(sum(values) - 1.0) > PROBABILITY_TOLERANCE:
+        raise fail(f"probabilities sum to {sum(values):.4f}, not 1")
+
+
+# -- conversation ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecisionConversation:
+    """The newest human request of a namespace and up to N earlier ones, oldest first."""
+
+    request: str = ""
+    prior_requests: tuple[str, ...] = ()
+
+    def as_state(self) -> dict[str, Any]:
+        """The framework-owned part of a decision's input state."""
+        return {"request": self.request, "priorRequests": list(self.prior_requests)}
+
+
+def read_conversation(
+    messages: Sequence[BaseMessage], step_names: Iterable[str], max_prior_requests: int = DEFAULT_MAX_PRIOR_REQUESTS
+) -> DecisionConversation:
+    """The human requests in ``messages``, leaving out the navigation messages the framework writes."""
+    if isinstance(max_prior_requests, bool) or not isinstance(max_prior_requests, int) or max_prior_requests < 0:
+        raise PicoFlowError("max_prior_requests must be a non-negative integer.")
+    navigation = {_OPENER, EMPTY_RESPONSE_NUDGE, *(f"{_CONTINUE_PREFIX}{name}" for name in step_names)}
+    requests = [
+        text
+        for message in messages
+        if isinstance(message, HumanMessage) and (text := content_text(message.content)) not in navigation
+    ]
+    if not requests:
+        return DecisionConversation()
+    earlier = requests[:-1][-max_prior_requests:] if max_prior_requests else []
+    return DecisionConversation(request=requests[-1], prior_requests=tuple(earlier))
+
+
+# -- provider contract -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    """Everything a provider needs for one decision: questions (guidance already prepended) and input state."""
+
+    step_id: str
+    selection: ModelSelection
+    questions: Mapping[str, Question]
+    state: Mapping[str, Any]
+    timeout_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    """A provider's raw answers (validated by the step afterwards) and what the call cost."""
+
+    answers: Mapping[str, Any]
+    usage: TokenUsage | None = None
+    request_id: str | None = None
+
+
+@runtime_checkable
+class DecisionProvider(Protocol):
+    """Answers decision requests. Register instances with ``FlowEngine(decision_providers={name: provider})``.
+
+    A provider may also define ``should_retry(error) -> bool`` to say which of its failures are transient;
+    without it every failure except a ``PicoFlowError`` is.
+    """
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult: ...
+
+
+@dataclass(frozen=True)
+class DecisionContext:
+    """What ``on_decision`` receives next to the answers: the evaluated input and how the call went."""
+
+    step_id: str
+    provider: str
+    model: str
+    request: str
+    prior_requests: tuple[str, ...]
+    facts: Mapping[str, Any]
+    attempts: int
+    duration_ms: int
+    usage: TokenUsage | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DecisionErrorContext:
+    """What ``on_decision_error`` receives next to the error."""
+
+    step_id: str
+    provider: str
+    model: str
+    attempts: int
+    request: str
+    prior_requests: tuple[str, ...]
+
+
+class DecisionConfig(BaseModel):
+    """The resolved decision policy of one step; ``max_retries`` counts attempts after the first."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: ModelSelection | None = None
+    max_retries: int = Field(default=1, ge=0, strict=True)
+    timeout_ms: int | None = Field(default=None, gt=0, strict=True)
+
+
+def resolve_decision_config(layers: Sequence[tuple[str, Any]], default_model: ModelSelection) -> DecisionConfig:
+    """Merge ``(owner, options)`` layers, later ones winning; the model defaults to ``default_model``."""
+    merged: dict[str, Any] = {}
+    for owner, options in layers:
+        if options is None:
+            continue
+        if not isinstance(options, Mapping):
+            raise PicoFlowError(f"{owner} decision options must be a dict, not {type(options).__name__}.")
+        merged.update(options)
+    try:
+        config = DecisionConfig.model_validate(merged)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        raise PicoFlowError(f"Invalid decision options ({where}: {error.get('msg')}).") from exc
+    return config if config.model is not None else config.model_copy(update={"model": default_model})
+
+
+class _DecisionFailed(Exception):
+    """Carries a provider or validation failure, with the attempts made, to the recovery chain."""
+
+    def __init__(self, error: Exception, attempts: int) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.attempts = attempts
+
+
+# -- the step ----------------------------------------------------------------------------------
+
+
+class DecisionStep(LogicStep):
+    """A step that routes on typed answers from a decision provider instead of generating prose.
+
+    Implement ``define_questions()`` and ``on_decision(answers, context)``; optionally ``get_prompt()``
+    (guidance prepended to every question), ``get_decision_facts()`` (JSON application facts),
+    ``config_decision()`` and ``on_decision_error(error, context)``. Chat models, tools and structured
+    output belong to ordinary steps and are refused here.
+    """
+
+    #: How many earlier human messages the provider sees as ``priorRequests``.
+    max_prior_requests: ClassVar[int] = DEFAULT_MAX_PRIOR_REQUESTS
+
+    def __init__(self, flow: Flow) -> None:
+        super().__init__(flow)
+        self._decision_options: dict[str, Any] = {}
+
+    # -- registration -------------------------------------------------------------------------
+
+    def use_model(self, selection: ModelSelection | dict[str, Any]) -> Step:
+        raise PicoFlowError(
+            f"DecisionStep '{self.id}' does not call a chat model: choose its decision model with "
+            "use_decision(model=...) or config_decision()."
+        )
+
+    def use_decision(self, **options: Any) -> DecisionStep:
+        """Override decision options for this registered instance: ``model``, ``max_retries``, ``timeout_ms``."""
+        unknown = sorted(set(options) - set(DecisionConfig.model_fields))
+        if unknown:
+            raise PicoFlowError(f"use_decision() got unknown option(s) {', '.join(unknown)}.")
+        self._decision_options.update(options)
+        return self
+
+    def exposed_tool_names(self) -> list[str]:
+        # The flow asks every step for its tools when it collects the steps: that is where chat-only
+        # configuration on a decision step is refused, before any turn runs.
+        features = []
+        if self.define_tools() or self.use_tools() or super().exposed_tool_names() or group_handlers(type(self)):
+            features.append("tools")
+        if self.struct_output_schema() is not None:
+            features.append("struct_output_schema()")
+        if features:
+            raise PicoFlowError(
+                f"DecisionStep '{self.id}' cannot use {' or '.join(features)}: "
+                "use a regular Step when a model must generate text or call tools."
+            )
+        return []
+
+    def new_worker(self, state: dict[str, Any]) -> Step:
+        worker = super().new_worker(state)
+        assert isinstance(worker, DecisionStep)
+        worker._decision_options = dict(self._decision_options)
+        return worker
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def define_questions(self) -> Mapping[str, Question]:
+        """The questions of this invocation, by name; called afresh every time the step runs."""
+        raise NotImplementedError(f"{type(self).__name__} must implement define_questions().")
+
+    def get_decision_facts(self) -> dict[str, Any]:
+        """JSON-compatible application facts the questions are about (``request``/``priorRequests`` are reserved)."""
+        return {}
+
+    def config_decision(self) -> dict[str, Any]:
+        """This step's decision options (``model``, ``max_retries``, ``timeout_ms``) over the flow's."""
+        return {}
+
+    async def on_decision(self, answers: dict[str, Answer], context: DecisionContext) -> Transition | type[Step] | str:
+        """Route on validated answers: a transition (``go``, ``direct_to``, ``finish``), a step class or name."""
+        raise NotImplementedError(f"{type(self).__name__} must implement on_decision().")
+
+    async def on_decision_error(self, error: Exception, context: DecisionErrorContext) -> Any:
+        """Recover from a failed or invalid decision with a route, or None to ask the flow (then re-raise)."""
+        return None
+
+    # -- execution ----------------------------------------------------------------------------
+
+    def decision_config(self) -> DecisionConfig:
+        """Framework defaults, then the flow's ``config_decision()``, this step's, and ``use_decision()``."""
+        return resolve_decision_config(
+            [
+                ("Flow", self.flow.config_decision()),
+                ("Step", self.config_decision()),
+                ("use_decision()", self._decision_options),
+            ],
+            self.flow.model_selection(),
+        )
+
+    async def run_logic(self) -> Transition:
+        config = self.decision_config()
+        selection = config.model
+        assert selection is not None
+        questions = self._questions()
+        facts = self._facts()
+        conversation = self.flow.get_conversation(self.namespace, self.max_prior_requests)
+        request = DecisionRequest(
+            step_id=self.id,
+            selection=selection,
+            questions=_with_guidance(questions, self.get_prompt()),
+            state={**facts, **conversation.as_state()},
+            timeout_ms=config.timeout_ms,
+        )
+        provider = self._provider(selection)
+        started = time.monotonic()
+        try:
+            result, attempts = await self._call(provider, request, config.max_retries)
+            answers = self._validated(questions, result, attempts)
+        except _DecisionFailed as failed:
+            context = DecisionErrorContext(
+                step_id=self.id,
+                provider=selection.provider,
+                model=selection.name,
+                attempts=failed.attempts,
+                request=conversation.request,
+                prior_requests=conversation.prior_requests,
+            )
+            return await self._recover(failed.error, context)
+        context = DecisionContext(
+            step_id=self.id,
+            provider=selection.provider,
+            model=selection.name,
+            request=conversation.request,
+            prior_requests=conversation.prior_requests,
+            facts=facts,
+            attempts=attempts,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            usage=result.usage,
+            request_id=result.request_id,
+        )
+        return self._route(await self.on_decision(answers, context), "on_decision()")
+
+    def _questions(self) -> dict[str, Question]:
+        questions = self.define_questions()
+        if not isinstance(questions, Mapping) or not questions:
+            raise PicoFlowError(f"{type(self).__name__}.define_questions() must return a non-empty dict.")
+        for name, question in questions.items():
+            if not isinstance(name, str) or not name.strip():
+                raise PicoFlowError(f"{type(self).__name__}.define_questions() has a blank question name.")
+            if not isinstance(question, Choice | Score | Noul):
+                raise PicoFlowError(f"Question '{name}' must be a Choice, Score or Noul.")
+        return dict(questions)
+
+    def _facts(self) -> dict[str, Any]:
+        facts = self.get_decision_facts()
+        owner = f"{type(self).__name__}.get_decision_facts()"
+        if facts is None:
+            return {}
+        if not isinstance(facts, Mapping):
+            raise PicoFlowError(f"{owner} must return a dict, not {type(facts).__name__}.")
+        reserved = sorted(RESERVED_FACT_KEYS & set(facts))
+        if reserved:
+            raise PicoFlowError(
+                f"{owner} cannot set {', '.join(reserved)}: the framework fills these in from the conversation."
+            )
+        _check_json(facts, owner)
+        return json.loads(json.dumps(facts))
+
+    def _provider(self, selection: ModelSelection) -> DecisionProvider:
+        engine = self.flow.get_flow_engine()
+        registered = engine.decision_providers.get(selection.provider)
+        if registered is not None:
+            return registered
+        # A missing chat provider is a configuration error: raise it here, outside the recovery chain.
+        engine.providers.validate(selection)
+        return ChatDecisionProvider(engine.providers)
+
+    async def _call(
+        self, provider: DecisionProvider, request: DecisionRequest, retries: int
+    ) -> tuple[DecisionResult, int]:
+        engine = self.flow.get_flow_engine()
+        signal = current_signal(self.flow)
+        for attempt in range(1, retries + 2):
+            if attempt > 1 and engine.retry_delay:
+                await asyncio.sleep(engine.retry_delay)
+            if signal is not None:
+                signal.raise_if_cancelled()
+            timeout = self._attempt_timeout(request.timeout_ms)
+            try:
+                result = await asyncio.wait_for(provider.decide(request), timeout)
+            except ParallelCancelledError:
+                raise
+            except DecisionValidationError as exc:
+                self.flow.tally_decision(exc.usage)
+                raise _DecisionFailed(exc, attempt) from exc
+            except Exception as exc:  # noqa: BLE001 - every provider failure is classified below
+                if attempt > retries or not _is_transient(provider, exc):
+                    raise _DecisionFailed(exc, attempt) from exc
+                self.flow.logger.warn("decision attempt failed", step=self.id, attempt=attempt,
+                                      error=type(exc).__name__)
+                continue
+            if not isinstance(result, DecisionResult):
+                raise _DecisionFailed(
+                    DecisionValidationError(f"The decision provider returned {type(result).__name__}, "
+                                            "not a DecisionResult."),
+                    attempt,
+                )
+            self.flow.tally_decision(result.usage)
+            return result, attempt
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _validated(
+        self, questions: Mapping[str, Question], result: DecisionResult, attempts: int
+    ) -> dict[str, Answer]:
+        try:
+            return validate_answers(questions, result.answers)
+        except DecisionValidationError as exc:
+            self.flow.logger.warn("decision answers rejected", step=self.id, error=exc.message)
+            raise _DecisionFailed(exc, attempts) from exc
+
+    def _attempt_timeout(self, timeout_ms: int | None) -> float | None:
+        limits = [timeout_ms / 1000] if timeout_ms else []
+        deadline = self.flow.get_flow_engine().current_deadline()
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining < MIN_CALL_SECONDS:
+                raise TurnDeadlineError("The turn ran out of time before the decision call; please retry.")
+            limits.append(remaining)
+        return min(limits) if limits else None
+
+    async def _recover(self, error: Exception, context: DecisionErrorContext) -> Transition:
+        answer = await self.on_decision_error(error, context)
+        if answer is None:
+            answer = await self.flow.on_decision_error(error, context)
+        if answer is None:
+            raise error
+        return self._route(answer, "on_decision_error()")
+
+    def _route(self, result: Any, hook: str) -> Transition:
+        where = f"{type(self).__name__}.{hook}"
+        if isinstance(result, str) and self.flow.get_step(result.strip()) is None:
+            raise PicoFlowError(
+                f"{where} returned text that names no registered step ({result[:60]!r}). "
+                "Return direct_to(Step, text) to answer with it, or finish(text) to end the session."
+            )
+        transition = as_transition(result)
+        if transition is None:
+            raise PicoFlowError(
+                f"{where} must return a transition (go, direct_to, finish), a Step class or a step name, "
+                f"not {type(result).__name__}."
+            )
+        return transition
+
+
+def _with_guidance(questions: Mapping[str, Question], guidance: str | None) -> dict[str, Question]:
+    if not guidance:
+        return dict(questions)
+    return {
+        name: question.model_copy(
+            update={"instructions": "\n\n".join(p for p in (guidance, question.instructions) if p)}
+        )
+        for name, question in questions.items()
+    }
+
+
+def _check_json(value: Any, path: str) -> None:
+    """Refuse anything that would not survive a JSON round trip unchanged."""
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise PicoFlowError(f"{path} holds a non-finite number; facts must be JSON-compatible.")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_json(item, f"{path}[{index}]")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise PicoFlowError(f"{path} has a non-string key {key!r}; facts must be JSON-compatible.")
+            _check_json(item, f"{path}.{key}")
+        return
+    raise PicoFlowError(f"{path} holds a {type(value).__name__}; facts must be JSON-compatible.")
+
+
+def _is_transient(provider: DecisionProvider, error: Exception) -> bool:
+    judge = getattr(provider, "should_retry", None)
+    if callable(judge):
+        return bool(judge(error))
+    return not isinstance(error, PicoFlowError)
+
+
+# -- providers ---------------------------------------------------------------------------------
+
+_CLASSIFIER_PROMPT = (
+    "You are a careful classifier. The user message is a JSON object: the application's facts plus "
+    "'request' (the newest user message) and 'priorRequests' (earlier ones, oldest first). "
+    "Answer every question below independently, giving for each option the probability (0 to 1) that it "
+    "is right; the probabilities of one question sum to 1. Output only the requested structure.\n\nQuestions:\n"
+)
+
+
+class ChatDecisionProvider:
+    """The built-in provider: the engine's chat model estimates a probability for every option.
+
+    The step's choice, confidence, score and legend are derived from those estimates, so the model never
+    has to produce them consistently itself.
+    """
+
+    def __init__(self, models: ProviderRegistry) -> None:
+        self._models = models
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult:
+        schema = _estimate_schema(request.questions)
+        model = self._models.chat_model(request.selection)
+        runnable = model.with_structured_output(schema, include_raw=True)
+        output = await runnable.ainvoke(_classifier_messages(request))
+        usage = usage_from_message(output)
+        parsed = output.get("parsed")
+        if not isinstance(parsed, BaseModel):
+            problem = output.get("parsing_error") or "no structured output"
+            raise DecisionValidationError(f"The model's decision could not be read: {problem}", usage=usage)
+        estimates = parsed.model_dump(by_alias=True)
+        answers = {name: _answer_from(question, estimates[name]) for name, question in request.questions.items()}
+        return DecisionResult(answers=answers, usage=usage)
+
+
+def _classifier_messages(request: DecisionRequest) -> list[BaseMessage]:
+    described = {name: question.model_dump(exclude_none=True) for name, question in request.questions.items()}
+    return [
+        SystemMessage(content=_CLASSIFIER_PROMPT + json.dumps(described, ensure_ascii=False, indent=1)),
+        HumanMessage(content=json.dumps(dict(request.state), ensure_ascii=False)),
+    ]
+
+
+def _estimate_schema(questions: Mapping[str, Question]) -> type[BaseModel]:
+    """A pydantic model asking one probability per option; option and question names travel as aliases."""
+    fields: dict[str, Any] = {}
+    for index, (name, question) in enumerate(questions.items()):
+        if isinstance(question, Choice):
+            options = {label: f"Probability that '{label}' applies: {json.dumps(text)}"
+                       for label, text in question.criteria.items()}
+        elif isinstance(question, Score):
+            options = {str(level): f"Probability that level {level} fits: {json.dumps(text)}"
+                       for level, text in enumerate(question.criteria)}
+        else:
+            options = {"probability": "Probability (0 to 1) that the answer is yes"}
+        inner = create_model(  # type: ignore[call-overload]
+            f"Question{index}",
+            **{f"o{i}": (float, Field(alias=key, description=text)) for i, (key, text) in enumerate(options.items())},
+        )
+        fields[f"q{index}"] = (inner, Field(alias=name, description=question.instructions or question.type))
+    return create_model("DecisionEstimates", **fields)  # type: ignore[call-overload]
+
+
+def _normalised(values: list[float]) -> list[float]:
+    # Language models estimate probabilities loosely; rescale so they form a distribution.
+    total = sum(values)
+    return [value / total for value in values] if total > 0 else values
+
+
+def _answer_from(question: Question, estimate: Mapping[str, float]) -> dict[str, Any]:
+    if isinstance(question, Noul):
+        return {"noul": estimate["probability"]}
+    if isinstance(question, Choice):
+        labels = list(question.criteria)
+        probabilities = dict(zip(labels, _normalised([estimate[label] for label in labels]), strict=True))
+        choice = max(labels, key=probabilities.__getitem__)
+        return {"choice": choice, "probabilities": probabilities, "confidence": probabilities[choice]}
+    levels = _normalised([estimate[str(level)] for level in range(len(question.criteria))])
+    score = sum(level * p for level, p in enumerate(levels))
+    return {
+        "score": score,
+        "probabilities": levels,
+        "confidence": max(levels),
+        "legend": question.criteria[nearest_level(score, len(levels) - 1)],
+    }
+
+
+class ScriptedDecisionProvider:
+    """Serves each decision with the next scripted entry, for tests that bypass any model.
+
+    An entry is an answers mapping, a ``DecisionResult``, or an exception instance to raise. ``requests``
+    records every request received, failed attempts included.
+    """
+
+    def __init__(self, script: Iterable[Mapping[str, Any] | DecisionResult | Exception],
+                 usage: TokenUsage | None = None) -> None:
+        self._script = list(script)
+        self._usage = usage
+        self.requests: list[DecisionRequest] = []
+
+    @property
+    def remaining(self) -> int:
+        return len(self._script) - len(self.requests)
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult:
+        self.requests.append(request)
+        index = len(self.requests) - 1
+        if index >= len(self._script):
+            raise PicoFlowError(f"The scripted decision provider has no entry for decision call {index + 1}.")
+        entry = self._script[index]
+        if isinstance(entry, Exception):
+            raise entry
+        if isinstance(entry, DecisionResult):
+            return entry
+        return DecisionResult(answers=entry, usage=self._usage.model_copy() if self._usage else None)
