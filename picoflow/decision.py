@@ -462,8 +462,13 @@ class DecisionStep(LogicStep):
         try:
             result, attempts = await self._call(provider, request, config.max_retries)
             answers = self._validated(questions, result, attempts)
-        except _DecisionFailed as failed:
-            context = DecisionErrorContext(
+        except _DecisionFailed as exc:
+            failed = exc
+        else:
+            failed = None
+        if failed is not None:
+            # Recovered outside the except block, so a re-raised failure does not carry this wrapper along.
+            error_context = DecisionErrorContext(
                 step_id=self.id,
                 provider=selection.provider,
                 model=selection.name,
@@ -471,7 +476,7 @@ class DecisionStep(LogicStep):
                 request=conversation.request,
                 prior_requests=conversation.prior_requests,
             )
-            return await self._recover(failed.error, context)
+            return await self._recover(failed.error, error_context)
         context = DecisionContext(
             step_id=self.id,
             provider=selection.provider,
@@ -736,10 +741,6 @@ class ScriptedDecisionProvider:
         self._script = list(script)
         self._usage = usage
         self.requests: list[DecisionRequest] = []
-
-    @property
-    def remaining(self) -> int:
-        return len(self._script) - len(self.requests)
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
         self.requests.append(request)

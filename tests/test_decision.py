@@ -812,6 +812,17 @@ async def test_a_rejected_model_decision_is_still_counted():
     assert doc["decisionUsage"]["totalTokens"] == 9 and doc["tokens"]["totalTokens"] == 0
 
 
+async def test_usage_a_decision_provider_reports_is_tallied_into_decision_usage_only():
+    usage = TokenUsage(input_tokens=11, output_tokens=4, total_tokens=15)
+    engine, _ = decision_engine([SupportFlow], ScriptedDecisionProvider([answers()], usage=usage))
+
+    response = await engine.run("SupportFlow", "Hello")
+
+    doc = await stored(engine, response.session)
+    assert (doc["decisionUsage"]["inputTokens"], doc["decisionUsage"]["totalTokens"]) == (11, 15)
+    assert doc["tokens"]["totalTokens"] == 0
+
+
 async def test_sessions_without_decisions_keep_the_document_unchanged():
     class Plain(Flow):
         def config_model(self) -> ModelSelection:
