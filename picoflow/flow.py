@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -36,6 +37,7 @@ from picoflow.transitions import step_name
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
+    from picoflow.batch import BatchInvoker
     from picoflow.engine import FlowEngine, RunResponse
     from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
 
@@ -136,20 +138,24 @@ class Flow:
         on_config: Callable[[Any], dict[str, Any]],
         on_bot_response: Callable[[Any, RunResponse], Any],
         message: str | None = None,
+        invoke: BatchInvoker | None = None,
     ) -> None:
         """Run one new session of this flow per item, ``batch_size`` at a time; failures are logged and skipped.
 
         ``on_config(item)`` gives each session's config (it must not set ``_concurrent``), and
-        ``on_bot_response(item, response)`` receives each item's first response.
+        ``on_bot_response(item, response)`` receives each item's first response. Sessions start in this
+        process, or through ``invoke`` (see ``picoflow.batch.http_invoker``; ``SELF_URL`` selects it by default).
         """
         if batch_size < 1:
             raise PicoFlowError("concurrent_steps() needs a batch_size of at least 1.")
-        engine = self.get_flow_engine()
+        if invoke is None:
+            self_url = os.environ.get("SELF_URL")
+            from picoflow.batch import http_invoker
+
+            invoke = http_invoker(self_url) if self_url else self._invoke_here
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
-            responses = await asyncio.gather(
-                *(engine.run(self.id, message, None, on_config(item)) for item in batch)
-            )
+            responses = await asyncio.gather(*(invoke(self.id, message, on_config(item)) for item in batch))
             for offset, (item, response) in enumerate(zip(batch, responses, strict=True)):
                 if not response.success:
                     self.logger.error("Batch item failed", index=start + offset, code=response.error_code)
@@ -158,6 +164,9 @@ class Flow:
                 if inspect.isawaitable(result):
                     await result
             self.logger.log("Batch progress", done=min(start + batch_size, len(items)), total=len(items))
+
+    async def _invoke_here(self, flow_name: str, message: str | None, config: dict[str, Any]) -> RunResponse:
+        return await self.get_flow_engine().run(flow_name, message, None, config)
 
     def config_parallel_execution(self) -> dict[str, Any]:
         """Limits for nested execution: ``max_depth`` (8), ``max_invocations`` (256), ``cancellation_grace_ms``."""

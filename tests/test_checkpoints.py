@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import threading
+
 from picoflow import Flow, MemorySessionStore, ModelSelection, Step, ToolSpec, go, tool
+from picoflow.batch import http_invoker
 from picoflow.engine import RunResponse
+from picoflow.local.serve import make_server
 from tests.support.engine import call, scripted_engine, text
 from tests.test_tools import Args
 
@@ -76,6 +81,7 @@ class CoordinatorFlow(QuietFlow):
 
 
 async def test_batch_coordinator_runs_one_new_session_per_item():
+    CoordinatorFlow.collected = []
     engine, _ = scripted_engine([CoordinatorFlow], [text("a"), text("b"), {"error": "boom"}] + [{"error": "boom"}] * 2)
     response = await engine.run("CoordinatorFlow", None, config={"_concurrent": True})
     assert response.success and response.completed
@@ -90,3 +96,49 @@ async def test_batch_coordinator_runs_one_new_session_per_item():
     for session in sessions:
         child = await engine.session_store.load(session)
         assert child.flow.context["config"]["item"] in (1, 2)
+
+
+def _fake_api(events: list) -> object:
+    """A stand-in Lambda handler: records each event and answers by the item number in its config."""
+
+    def handler(event: dict, context: object) -> dict:
+        body = json.loads(event["body"])
+        events.append(body)
+        item = body["config"]["item"]
+        if item == 2:
+            return {"statusCode": 409, "headers": {"Content-Type": "application/json"},
+                    "body": json.dumps({"success": False, "completed": False, "message": "busy", "session": "s2",
+                                        "code": "SESSION_CONFLICT"})}
+        if item == 3:
+            return {"statusCode": 200, "headers": {"Content-Type": "text/markdown", "CHAT_SESSION_ID": "s3"},
+                    "body": "| a |"}
+        return {"statusCode": 200, "headers": {"Content-Type": "application/json", "CHAT_SESSION_ID": f"s{item}"},
+                "body": json.dumps({"success": True, "completed": False, "message": f"hi {item}",
+                                    "session": f"s{item}", "contentType": "text/plain"})}
+
+    return handler
+
+
+async def test_batch_items_can_start_over_the_http_api(monkeypatch):
+    events: list = []
+    server = make_server("127.0.0.1", 0, _fake_api(events))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("SELF_URL", server.url + "/ai/run")
+        CoordinatorFlow.collected = []
+        engine, model = scripted_engine([CoordinatorFlow], [])
+        response = await engine.run("CoordinatorFlow", None, config={"_concurrent": True})
+    finally:
+        server.shutdown()
+    assert response.success and model.calls == []  # every item ran behind the HTTP API, none in process
+    assert sorted(body["config"]["item"] for body in events) == [1, 2, 3]
+    assert all(body["flowName"] == "CoordinatorFlow" and "message" not in body for body in events)
+    assert sorted(CoordinatorFlow.collected) == [(1, "hi 1", "s1"), (3, "| a |", "s3")]
+    doc = await engine.session_store.load(response.session)
+    assert [(e.message, e.model_extra["code"]) for e in doc.error] == [("Batch item failed", "SESSION_CONFLICT")]
+
+
+async def test_an_unreachable_batch_endpoint_is_a_failed_item():
+    invoke = http_invoker("http://127.0.0.1:9/ai/run", timeout=2)
+    response = await invoke("AnyFlow", "hi", {"item": 1})
+    assert (response.success, response.error_code, response.status_code) == (False, "BATCH_ENDPOINT_UNREACHABLE", 503)
