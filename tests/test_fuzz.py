@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import handlers.api as api
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.session.dynamodb_store import create_table
 from tests.support import echo_flows
 from tests.support.dynamodb_local import DynamoTable
 
@@ -254,12 +255,8 @@ def _flow_name(body: Any) -> Any:
 
 @pytest.fixture
 def harness(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Harness]:
-    moto_dynamodb.client.create_table(
-        TableName=IDEMPOTENCY_TABLE,
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    # Same key layout as the sessions table: ``id`` (S), on demand.
+    create_table(moto_dynamodb.client, IDEMPOTENCY_TABLE)
     script = tmp_path / "script.json"
     # JSON text serves both flows: the JSON step returns it raw, the plain one inside the envelope.
     script.write_text(json.dumps([{"content": json.dumps({"reply": n})} for n in range(2000)]))

@@ -12,6 +12,7 @@ import pytest
 import handlers.api as api
 from picoflow import SessionConflictError, SessionStoreError
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.session.dynamodb_store import create_table
 from tests.support import echo_flows
 from tests.support.dynamodb_local import DynamoTable
 
@@ -77,12 +78,8 @@ class Client:
 
 @pytest.fixture
 def client(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Client]:
-    moto_dynamodb.client.create_table(
-        TableName=IDEMPOTENCY_TABLE,
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    # Same key layout as the sessions table: ``id`` (S), on demand.
+    create_table(moto_dynamodb.client, IDEMPOTENCY_TABLE)
     monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
     monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
     monkeypatch.setenv("IDEMPOTENCY_TABLE", IDEMPOTENCY_TABLE)

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 import handlers.api as api
 from picoflow import Flow, ModelSelection, Step, ToolSpec, tool
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.session.dynamodb_store import create_table
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
@@ -60,12 +61,8 @@ SCRIPT = [
 
 @pytest.fixture
 def captured(moto_dynamodb, tmp_path, monkeypatch, caplog) -> Iterator[io.StringIO]:
-    moto_dynamodb.client.create_table(
-        TableName=IDEMPOTENCY_TABLE,
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    # Same key layout as the sessions table: ``id`` (S), on demand.
+    create_table(moto_dynamodb.client, IDEMPOTENCY_TABLE)
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
