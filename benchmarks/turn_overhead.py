@@ -251,7 +251,7 @@ def run_conversation(side: Side) -> list[TurnStat]:
 def compare_messages(pico: Side, pico_table: str, graph: Any, lang: Side, client: Any) -> tuple[int, int]:
     """Check that both sides kept the same conversation; return the two message counts."""
     item = client.get_item(TableName=pico_table, Key={"id": {"S": pico.last_session}})["Item"]
-    doc = decode_document(zlib.decompress(item["doc"]["B"]))
+    doc = decode_document(zlib.decompress(item["doc"]["B"]), int(item["revision"]["N"]))
     kept = [(m.type, m.content) for m in doc.flow.memory[NAMESPACE].messages]
     values = graph.get_state({"configurable": {"thread_id": lang.last_session}}).values
     theirs = [(m.type, m.content) for m in values["messages"]]

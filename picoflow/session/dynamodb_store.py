@@ -109,13 +109,10 @@ class DynamoDBSessionStore(SessionStore):
             revision = int(item["revision"]["N"])
         except (KeyError, ValueError, zlib.error) as exc:
             raise SessionFlowInvariantError(f"Session '{session_id}' has an unreadable stored item: {exc}") from exc
-        doc = decode_document(raw)
-        doc.revision = revision
-        return doc
+        return decode_document(raw, revision)
 
     async def create(self, flow: FlowDoc | dict[str, Any]) -> SessionDoc:
         doc = new_document(flow)
-        doc.check_invariant()
         item = self._checked_item(doc)
         await self._call(
             "create",

@@ -30,13 +30,10 @@ class MemorySessionStore(SessionStore):
             row = self._rows.get(session_id)
         if row is None:
             return None
-        doc = decode_document(row[2])
-        doc.revision = row[0]
-        return doc
+        return decode_document(row[2], row[0])
 
     async def create(self, flow: FlowDoc | dict[str, Any]) -> SessionDoc:
         doc = new_document(flow)
-        doc.check_invariant()
         encoded = self._encode(doc)
         with self._lock:
             if doc.id in self._rows:

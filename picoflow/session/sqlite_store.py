@@ -51,13 +51,10 @@ class SQLiteSessionStore(SessionStore):
         row = await self._run("load", session_id, read)
         if row is None:
             return None
-        doc = decode_document(row[1])
-        doc.revision = row[0]
-        return doc
+        return decode_document(row[1], row[0])
 
     async def create(self, flow: FlowDoc | dict[str, Any]) -> SessionDoc:
         doc = new_document(flow)
-        doc.check_invariant()
         text = self._encode(doc)
 
         def insert(conn: sqlite3.Connection) -> bool:

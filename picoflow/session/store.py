@@ -58,23 +58,28 @@ def encode_document(doc: SessionDoc) -> bytes:
     return doc.model_dump_json(by_alias=True).encode("utf-8")
 
 
-def decode_document(raw: bytes | str) -> SessionDoc:
+def decode_document(raw: bytes | str, revision: int) -> SessionDoc:
+    """A stored document, at the revision its backend records (the backend's copy is authoritative)."""
     import json
 
     try:
         data = json.loads(raw)
     except ValueError as exc:
         raise SessionFlowInvariantError(f"Stored session is not valid JSON: {exc}") from exc
-    return SessionDoc.from_stored(data)
+    doc = SessionDoc.from_stored(data)
+    doc.revision = revision
+    return doc
 
 
 def new_document(flow: FlowDoc | dict[str, Any]) -> SessionDoc:
-    """A fresh running document at revision 0 around ``flow``."""
+    """A fresh running document at revision 0 around ``flow``, checked against the one-flow invariant."""
     flow_doc = flow if isinstance(flow, FlowDoc) else _validate_flow(flow)
     now = utc_now()
-    return SessionDoc(
+    doc = SessionDoc(
         id=new_session_id(), revision=0, flow=flow_doc.model_copy(deep=True), created_on=now, save_on=now
     )
+    doc.check_invariant()
+    return doc
 
 
 def prepare_write(doc: SessionDoc, expected_revision: int) -> SessionDoc:
