@@ -407,8 +407,3 @@ def _failure(exc: PicoFlowError, session: str) -> RunResponse:
 
 def _usage_since(before: TokenUsage, after: TokenUsage) -> TokenUsage:
     return TokenUsage(**{name: getattr(after, name) - getattr(before, name) for name in TokenUsage.model_fields})
-
-
-def monotonic_deadline(seconds_from_now: float) -> float:
-    """A deadline for :meth:`FlowEngine.run`, ``seconds_from_now`` seconds ahead."""
-    return time.monotonic() + seconds_from_now
