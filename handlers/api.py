@@ -3,18 +3,15 @@
 Routes: ``POST /ai/run``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``. The engine is built
 once per container from the environment: ``SESSION_STORE``/``SESSION_TABLE`` pick the store,
 ``PICOFLOW_FLOWS`` the flow modules, ``PICOFLOW_SCRIPT`` a scripted model for offline runs,
-``OPENAI_API_KEY_PARAMETER`` the SSM SecureString holding the OpenAI key and ``IDEMPOTENCY_TABLE`` the
-DynamoDB table that makes ``POST /ai/run`` safe to retry with an ``Idempotency-Key`` header (unset: the
-header is validated but has no effect). ``PICOFLOW_SWAGGER=true`` serves the OpenAPI document and a
-Swagger UI on ``GET /swagger`` (only where a route reaches it, e.g. ``picoflow serve``).
+``OPENAI_API_KEY_PARAMETER`` the SSM SecureString holding the OpenAI key. ``PICOFLOW_SWAGGER=true``
+serves the OpenAPI document and a Swagger UI on ``GET /swagger`` (only where a route reaches it, e.g.
+``picoflow serve``).
 
-Idempotent turns: the key is scoped by the JWT subject (when an authorizer supplies one) and the session
-id, and the stored record also holds a hash of ``flowName``, ``message`` and ``config``. A retry with the
-same key and body gets the original status, headers and body back (plus ``Idempotent-Replayed: true``)
-without running the turn again; a different body is refused with 422 ``IDEMPOTENCY_KEY_MISMATCH``; a
-retry while the first attempt still runs gets 409 ``IDEMPOTENCY_IN_PROGRESS`` with ``Retry-After``.
-Only outcomes a retry could not change are kept: success and 4xx other than 409. A 409 (conflict) or a
-5xx drops the record so the client can retry under the same key.
+Idempotent turns: a turn with an ``Idempotency-Key`` header is applied at most once. The engine writes a
+receipt of the key (scoped by the JWT subject when there is one) in the same conditional write as the
+session, so a retry with the same key and body gets the original status and body back (plus
+``Idempotent-Replayed: true``) without running again, whatever happened to the first attempt; a
+different body is refused with 422 ``IDEMPOTENCY_KEY_MISMATCH``.
 """
 
 from __future__ import annotations
@@ -32,22 +29,12 @@ import warnings
 from collections.abc import Coroutine
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.idempotency import (
-    DynamoDBPersistenceLayer,
-    IdempotencyConfig,
-    idempotent_function,
-)
-from aws_lambda_powertools.utilities.idempotency.exceptions import (
-    IdempotencyAlreadyInProgressError,
-    IdempotencyPersistenceLayerError,
-    IdempotencyValidationError,
-)
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.config import Config
 
 from picoflow import Flow, FlowEngine, RunResponse
 from picoflow.engine import SESSION_ID_PATTERN
@@ -61,10 +48,6 @@ _SESSION_HEADER_KEYS = ("chat_session_id", "chat-session-id")
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_IDEMPOTENCY_KEY_CHARS = 256
 _IDEMPOTENCY_KEY_PATTERN = re.compile(rf"[\x20-\x7e]{{1,{MAX_IDEMPOTENCY_KEY_CHARS}}}")
-# How long a finished turn stays replayable; DynamoDB TTL removes the record some time after.
-IDEMPOTENCY_EXPIRES_SECONDS = 3600
-# Seconds a client should wait before retrying a key whose first attempt is still running.
-IDEMPOTENCY_RETRY_AFTER_SECONDS = 2
 REPLAYED_HEADER = "Idempotent-Replayed"
 # Deeper config objects are refused: the engine copies and serialises config recursively.
 MAX_CONFIG_DEPTH = 32
@@ -72,6 +55,8 @@ DEFAULT_FLOW_MODULES = "flows"
 DEFAULT_MAX_MESSAGE_CHARS = 100_000
 # Time kept back from the Lambda deadline for the final save and the response.
 DEADLINE_MARGIN_SECONDS = 2.0
+# The key is read once per container, before any turn: bounded so a stalled SSM cannot eat the first turn.
+SSM_CLIENT_CONFIG = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2})
 _CONFLICT_CODES = frozenset({"SESSION_CONFLICT", "SESSION_FLOW_MISMATCH", "SESSION_FLOW_INVARIANT"})
 _JSON = "application/json"
 _PLAIN = "text/plain"
@@ -107,9 +92,8 @@ class _Runtime:
     its chat models usable across invocations; a loop per invocation would strand their connections.
     """
 
-    def __init__(self, engine: FlowEngine, idempotency: DynamoDBPersistenceLayer | None = None) -> None:
+    def __init__(self, engine: FlowEngine) -> None:
         self.engine = engine
-        self.idempotency = idempotency
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="picoflow-engine-loop", daemon=True).start()
 
@@ -130,7 +114,7 @@ def _get_runtime() -> _Runtime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            _runtime = _Runtime(build_engine(), build_idempotency_store())
+            _runtime = _Runtime(build_engine())
         return _runtime
 
 
@@ -150,26 +134,12 @@ def build_engine(environ: dict[str, str] | None = None) -> FlowEngine:
     return engine
 
 
-def build_idempotency_store(environ: dict[str, str] | None = None) -> DynamoDBPersistenceLayer | None:
-    """The persistence layer on ``IDEMPOTENCY_TABLE`` for ``Idempotency-Key`` replays; None when unset.
-
-    ``DYNAMODB_ENDPOINT_URL`` points it at the same local endpoint as the sessions table.
-    """
-    env = os.environ if environ is None else environ
-    table = env.get("IDEMPOTENCY_TABLE")
-    if not table:
-        return None
-    endpoint = env.get("DYNAMODB_ENDPOINT_URL")
-    client = boto3.session.Session().client("dynamodb", endpoint_url=endpoint) if endpoint else None
-    return DynamoDBPersistenceLayer(table_name=table, boto3_client=client)
-
-
 def read_openai_key(parameter_name: str) -> str | None:
     """Decrypt the SecureString ``parameter_name``; None (logged) when it cannot be read."""
-    from aws_lambda_powertools.utilities import parameters
+    from aws_lambda_powertools.utilities.parameters import SSMProvider
 
     try:
-        return parameters.get_parameter(parameter_name, decrypt=True)
+        return SSMProvider(boto_config=SSM_CLIENT_CONFIG).get(parameter_name, decrypt=True)
     except Exception as exc:  # noqa: BLE001 - a missing key must not take down routes that need none
         logger.error(
             "Cannot read the OpenAI key parameter", extra={"parameter": parameter_name, "error": type(exc).__name__}
@@ -291,12 +261,13 @@ def openapi_schema() -> dict[str, Any]:
         _ENVELOPE_SCHEMA,
         (200, "The turn's envelope; a step with another content type returns its raw message instead."),
         (400, "Malformed body or header, or an unknown flow."),
-        (409, "Session conflict or flow mismatch, or the same Idempotency-Key is still running."),
+        (409, "Session conflict or flow mismatch."),
         (413, "The message or the session document is too large."),
-        (422, "The Idempotency-Key was already used with a different body."),
-        (500, "The turn or the session store failed."),
-        (503, "The session store or the idempotency table is unavailable."),
-        (504, "The turn ran out of time."),
+        (422, "The Idempotency-Key was already used with a different body, or is too old to replay."),
+        (500, "The flow failed (the session is ended unless the flow keeps it) or could not be started."),
+        (502, "The model service failed; the session is unchanged, retry."),
+        (503, "The session store or the model service is unavailable, or the save's outcome is unknown; retry."),
+        (504, "The turn or the model ran out of time; the session is unchanged, retry."),
     ),
     openapi_extensions=_RUN_OPENAPI,
 )
@@ -327,10 +298,7 @@ def run_turn() -> Response[str]:
     if session_id:
         logger.set_correlation_id(session_id)
 
-    runtime = _get_runtime()
-    if idempotency_key is None or runtime.idempotency is None:
-        return _run(runtime, turn, session_id)
-    return _run_idempotent(runtime, turn, session_id, idempotency_key)
+    return _run(_get_runtime(), turn, session_id, idempotency_key)
 
 
 @app.post(
@@ -401,11 +369,7 @@ def internal_error(error: Exception) -> Response:
 # -- turns -----------------------------------------------------------------------------------------
 
 
-class _NotReplayable(Exception):
-    """Raised inside the idempotent call so that Powertools drops the record of a retryable outcome."""
-
-
-def _run(runtime: _Runtime, turn: dict[str, Any], session_id: str | None) -> Response:
+def _run(runtime: _Runtime, turn: dict[str, Any], session_id: str | None, key: str | None) -> Response:
     flow_name = turn["flowName"]
     started = time.perf_counter()
     result: RunResponse = runtime.call(
@@ -415,83 +379,38 @@ def _run(runtime: _Runtime, turn: dict[str, Any], session_id: str | None) -> Res
             session_id=session_id,
             config=turn["config"],
             deadline=_deadline(),
+            idempotency_key=key,
+            caller=_caller(),
+            request_id=_request_id(),
         )
     )
     latency_ms = (time.perf_counter() - started) * 1000
     _record_turn(flow_name, flow_name in runtime.engine.get_flow_names(), result, latency_ms)
 
-    headers = {SESSION_HEADER: result.session} if result.session else {}
+    headers: dict[str, str] = {}
+    if result.replayed:
+        metrics.add_metric(name="IdempotentReplays", unit=MetricUnit.Count, value=1)
+        headers[REPLAYED_HEADER] = "true"
+    if result.retry_after is not None:
+        headers["Retry-After"] = str(result.retry_after)
     if not result.success:
-        return _envelope(_failure_status(result.status_code), result.envelope(), result.session)
+        return _envelope(_failure_status(result.status_code), result.envelope(), result.session, headers)
     if result.content_type != _PLAIN:
         body = result.message if isinstance(result.message, str) else json.dumps(result.message)
+        headers[SESSION_HEADER] = result.session
         return Response(status_code=200, content_type=result.content_type, body=body, headers=headers)
-    return _envelope(200, result.envelope(), result.session)
-
-
-def _run_idempotent(runtime: _Runtime, turn: dict[str, Any], session_id: str | None, key: str) -> Response:
-    ran: list[Response] = []
-
-    def run_once(scoped: dict[str, Any]) -> dict[str, Any]:
-        response = _run(runtime, scoped["turn"], session_id)
-        ran.append(response)
-        # A conflict or a server-side failure may well succeed next time: keep no record that would block it.
-        if response.status_code >= 500 or response.status_code == 409:
-            raise _NotReplayable
-        return {"statusCode": response.status_code, "headers": response.headers, "body": response.body}
-
-    once = idempotent_function(
-        run_once,
-        data_keyword_argument="scoped",
-        persistence_store=runtime.idempotency,
-        config=IdempotencyConfig(
-            event_key_jmespath="[caller, session, key]",
-            payload_validation_jmespath="turn",
-            expires_after_seconds=IDEMPOTENCY_EXPIRES_SECONDS,
-            hash_function="sha256",
-            lambda_context=app.lambda_context,
-        ),
-        # A fixed prefix keeps records valid across function renames and redeployments.
-        key_prefix="ai-run",
-    )
-    retry_after = {"Retry-After": str(IDEMPOTENCY_RETRY_AFTER_SECONDS)}
-    try:
-        stored = once(scoped={"caller": _caller(), "session": session_id or "", "key": key, "turn": turn})
-    except _NotReplayable:
-        return ran[0]
-    except IdempotencyAlreadyInProgressError:
-        return _failure(
-            409, f"A request with this {IDEMPOTENCY_HEADER} is still running; retry shortly.",
-            "IDEMPOTENCY_IN_PROGRESS", headers=retry_after,
-        )
-    except IdempotencyValidationError:
-        return _failure(
-            422, f"This {IDEMPOTENCY_HEADER} was already used with a different request body.",
-            "IDEMPOTENCY_KEY_MISMATCH",
-        )
-    except IdempotencyPersistenceLayerError:
-        if ran:
-            # The turn itself ran; only its record could not be finished, so its response still stands.
-            logger.warning("Idempotency record not finished", extra={"statusCode": ran[0].status_code})
-            return ran[0]
-        # Fail closed: running the turn unguarded could repeat one the client already saw.
-        logger.error("Idempotency table unavailable")
-        return _failure(
-            503, "Retries cannot be made safe right now; try again shortly.", "IDEMPOTENCY_UNAVAILABLE",
-            headers=retry_after,
-        )
-    if ran:
-        return ran[0]
-    metrics.add_metric(name="IdempotentReplays", unit=MetricUnit.Count, value=1)
-    logger.info("Idempotent replay", extra={"statusCode": stored["statusCode"]})
-    return Response(
-        status_code=stored["statusCode"], body=stored["body"], headers={**stored["headers"], REPLAYED_HEADER: "true"}
-    )
+    return _envelope(200, result.envelope(), result.session, headers)
 
 
 def _caller() -> str:
     # With a JWT authorizer, keys of different users never meet, so no one can replay another's turn.
     return str(app.current_event.request_context.authorizer.jwt_claim.get("sub") or "")
+
+
+def _request_id() -> str | None:
+    # The Lambda request id is what CloudWatch shows beside every log line of the invocation.
+    context = app.lambda_context
+    return getattr(context, "aws_request_id", None) or app.current_event.request_context.request_id or None
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -617,7 +536,10 @@ def _failure(status_code: int, message: str, code: str, headers: dict[str, str] 
 
 
 def _failure_body(message: str, session: str, code: str) -> dict[str, Any]:
-    return {"success": False, "completed": False, "message": message, "session": session, "code": code}
+    return {
+        "success": False, "completed": False, "message": message, "session": session, "code": code,
+        "requestId": _request_id() or "",
+    }
 
 
 def _resolve(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

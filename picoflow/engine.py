@@ -9,32 +9,52 @@ import json
 import logging
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from picoflow.compaction import compact_history
 from picoflow.decision import DecisionProvider
 from picoflow.errors import (
+    RETRY_AFTER_SECONDS,
+    FlowSetupError,
+    IdempotencyKeyMismatchError,
+    IdempotencyKeyReusedError,
+    ModelUnavailableError,
     PicoFlowError,
+    RestoreFailedError,
     SessionConflictError,
     SessionFlowInvariantError,
     SessionFlowMismatchError,
+    SessionOutcomeUnknownError,
     SessionStoreError,
     SessionTooLargeError,
+    public_message,
 )
 from picoflow.flow import Flow
 from picoflow.logger import SessionLogger
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.runner import TurnDeadlineError, run_turn
-from picoflow.session.document import SessionDoc, TokenUsage
+from picoflow.session.document import FlowDoc, SessionDoc, TokenUsage
+from picoflow.session.receipts import (
+    TurnReceipt,
+    add_receipt,
+    find_receipt,
+    first_turn_session_id,
+    key_digest,
+    request_digest,
+)
 from picoflow.session.store import SessionStore, store_from_env
 from picoflow.transitions import PLAIN_TEXT
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # Compaction is forced once a document reaches this share of the store's size limit.
 FORCE_COMPACTION_RATIO = 0.8
+# Time allowed past the turn deadline (inside the handler's margin) to learn whether an unanswered save landed.
+READ_BACK_SECONDS = 1.0
 
 _UNTOUCHED_ERRORS = (
     SessionConflictError,
@@ -43,6 +63,7 @@ _UNTOUCHED_ERRORS = (
     SessionTooLargeError,
     SessionStoreError,
     TurnDeadlineError,
+    ModelUnavailableError,
 )
 
 _log = logging.getLogger("picoflow")
@@ -61,8 +82,16 @@ class RunResponse(BaseModel):
     content_type: str = PLAIN_TEXT
     error_code: str | None = None
     status_code: int = 200
+    #: Identifies the request in the logs; failure envelopes carry it so an operator can find the details.
+    request_id: str = ""
+    #: True when this is the stored answer of a turn already applied under the same ``Idempotency-Key``.
+    replayed: bool = False
+    #: Seconds a client should wait before retrying a retryable failure.
+    retry_after: int | None = None
     #: Tokens this turn used (model calls, retries and summaries), for metrics; not part of the envelope.
     tokens: TokenUsage | None = None
+    #: What went wrong, for in-process callers and tests; never sent to a client nor kept in a receipt.
+    detail: str | None = Field(default=None, repr=False)
 
     def envelope(self) -> dict[str, Any]:
         """The JSON body returned over HTTP."""
@@ -76,7 +105,12 @@ class RunResponse(BaseModel):
             body["contentType"] = self.content_type
         else:
             body["code"] = self.error_code
+            body["requestId"] = self.request_id
         return body
+
+    def receipt_response(self) -> dict[str, Any]:
+        """What a receipt keeps of this response, to answer a retry of the same key identically."""
+        return self.model_dump(exclude={"replayed", "retry_after", "tokens", "detail"})
 
 
 class BadRequestError(PicoFlowError):
@@ -87,6 +121,22 @@ class BadRequestError(PicoFlowError):
 class FlowNotFoundError(PicoFlowError):
     code = "FLOW_NOT_FOUND"
     status_code = 400
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One turn's request, with its ``Idempotency-Key`` reduced to digests."""
+
+    flow_name: str
+    message: str
+    session_id: str | None
+    config: dict[str, Any] | None
+    request_id: str
+    #: Digest of the key scoped by caller (None without a key) and of the request body.
+    key: str | None = None
+    request: str = ""
+    #: Where a keyed turn that starts a session creates it, so a retry of that turn finds it again.
+    first_id: str | None = None
 
 
 class FlowEngine:
@@ -156,15 +206,26 @@ class FlowEngine:
         config: dict[str, Any] | None = None,
         *,
         deadline: float | None = None,
+        idempotency_key: str | None = None,
+        caller: str | None = None,
+        request_id: str | None = None,
     ) -> RunResponse:
-        """Run one turn; never raises — failures come back as a ``RunResponse`` with ``success=False``."""
+        """Run one turn; never raises — failures come back as a ``RunResponse`` with ``success=False``.
+
+        With ``idempotency_key`` the turn is applied at most once: its receipt is written in the same
+        conditional write as the session, and a retry with the same key (and ``caller``) gets the
+        stored response back, marked ``replayed``, without running again.
+        """
         token = _turn_deadline.set(deadline)
+        request_id = request_id or uuid.uuid4().hex
         try:
-            self._check_input(flow_name, user_message, session_id, config)
-            async with self._session_lock(session_id):
-                return await self._run_locked(flow_name, user_message or "", session_id, config)
+            turn = self._check_input(flow_name, user_message, session_id, config, idempotency_key, caller, request_id)
+            async with self._session_lock(turn.session_id or turn.first_id):
+                return await self._run_locked(turn)
         except PicoFlowError as exc:
-            return _failure(exc, session_id or "")
+            return _failure(exc, session_id if isinstance(session_id, str) else "", request_id)
+        except Exception as exc:  # noqa: BLE001 - run() answers every failure with an envelope
+            return _failure(_defect(exc, "TURN_FAILED"), session_id if isinstance(session_id, str) else "", request_id)
         finally:
             _turn_deadline.reset(token)
 
@@ -173,7 +234,9 @@ class FlowEngine:
         """Blocking convenience wrapper around :meth:`run`."""
         return asyncio.run(self.run(flow_name, user_message, session_id, config))
 
-    def _check_input(self, flow_name: Any, user_message: Any, session_id: Any, config: Any) -> None:
+    def _check_input(
+        self, flow_name: Any, user_message: Any, session_id: Any, config: Any, key: Any, caller: Any, request_id: str
+    ) -> _Turn:
         if not isinstance(flow_name, str) or not flow_name.strip():
             raise BadRequestError("flowName must be a non-empty string.")
         if flow_name not in self._flows:
@@ -190,30 +253,33 @@ class FlowEngine:
             raise BadRequestError("message and config must be valid JSON text.") from exc
         if session_id is not None and not (isinstance(session_id, str) and SESSION_ID_PATTERN.fullmatch(session_id)):
             raise BadRequestError("The session id must be 1-128 letters, digits, '_' or '-'.")
+        turn = _Turn(flow_name, user_message or "", session_id or None, config, request_id)
+        if key is None:
+            return turn
+        if not isinstance(key, str) or not key or not isinstance(caller, str | None):
+            raise BadRequestError("The idempotency key must be a non-empty string.")
+        return replace(
+            turn,
+            key=key_digest(key, caller or ""),
+            request=request_digest(flow_name, user_message, config),
+            first_id=first_turn_session_id(key, caller or ""),
+        )
 
-    async def _run_locked(
-        self, flow_name: str, user_message: str, session_id: str | None, config: dict[str, Any] | None
-    ) -> RunResponse:
+    async def _run_locked(self, turn: _Turn) -> RunResponse:
         deadline = _turn_deadline.get()
         if deadline is not None and deadline <= time.monotonic():
             # No time is left (a Lambda invoked with less than the handler's margin, or a long wait for the
             # session lock): refuse before any store call, so no session is created or read for nothing.
             raise TurnDeadlineError("The turn has no time left before its deadline; please retry.")
-        flow = self._flows[flow_name]()
-        if config is not None:
-            flow.add_context({"config": config})
-        await flow.init()
-        flow.collect_steps()
-        self._validate_models(flow)
-
-        doc = await self._restore(flow, session_id)
-        is_new = doc is None
-        if is_new:
-            doc = await _before_deadline(self.session_store.create(flow.new_flow_doc()))
+        flow = await self._build_flow(turn)
+        opened = await self._open(flow, turn)
+        if isinstance(opened, RunResponse):
+            return opened
+        doc = opened
         tokens_before = doc.tokens.model_copy()
         try:
             flow.bind(self, doc)
-            if is_new:
+            if doc.revision == 0:
                 opener = await flow.get_current_step().on_start()
                 if opener is not None:
                     flow.get_current_step().get_memory().append(opener)
@@ -221,21 +287,64 @@ class FlowEngine:
                 await flow.get_current_step().on_restore()
             if flow.is_batch():
                 await self._save_session(flow)
-            message = await run_turn(flow, user_message)
-            await self._save_session(flow)
+            message = await run_turn(flow, turn.message)
+            current = flow.get_current_step()
+            response = RunResponse(
+                success=True,
+                completed=current.is_end(),
+                message=message,
+                session=doc.id,
+                content_type=current.content_type,
+                request_id=turn.request_id,
+            )
         except _UNTOUCHED_ERRORS as exc:
-            return _failure(exc, doc.id)
-        except Exception as exc:  # noqa: BLE001 - every other failure aborts the session
-            return await self._abort(doc, exc)
-        current = flow.get_current_step()
-        return RunResponse(
-            success=True,
-            completed=current.is_end(),
-            message=message,
-            session=doc.id,
-            content_type=current.content_type,
-            tokens=_usage_since(tokens_before, doc.tokens),
-        )
+            return _failure(exc, doc.id, turn.request_id)
+        except Exception as exc:  # noqa: BLE001 - any other failure is a defect in flow code
+            return await self._abort(flow, doc, exc, turn)
+        response = await self._commit(flow, turn, response)
+        if response.success:
+            response.tokens = _usage_since(tokens_before, doc.tokens)
+        return response
+
+    async def _build_flow(self, turn: _Turn) -> Flow:
+        try:
+            flow = self._flows[turn.flow_name]()
+            if turn.config is not None:
+                flow.add_context({"config": turn.config})
+            await flow.init()
+            flow.collect_steps()
+            self._validate_models(flow)
+        except Exception as exc:  # noqa: BLE001 - a flow that cannot be built answers, it never raises
+            raise _defect(exc, "FLOW_SETUP_FAILED", FlowSetupError) from exc
+        return flow
+
+    async def _open(self, flow: Flow, turn: _Turn) -> SessionDoc | RunResponse:
+        """The document this turn runs on (revision 0 when it is new), or the replay of a spent key."""
+        if turn.session_id:
+            stored = await _before_deadline(self.session_store.load(turn.session_id))
+            if stored is not None:
+                replay = _replay(stored, turn)
+                if replay is not None:
+                    return replay
+                doc = await self._restore(flow, stored)
+                if doc is not None:
+                    return doc
+        try:
+            return await _before_deadline(self.session_store.create(_new_flow_doc(flow), session_id=turn.first_id))
+        except SessionConflictError:
+            if turn.first_id is None:
+                raise
+        # Another attempt of the same keyed first turn created the session first: replay it or carry on there.
+        stored = await _before_deadline(self.session_store.load(turn.first_id))
+        if stored is None:
+            raise SessionConflictError(turn.first_id)
+        replay = _replay(stored, turn)
+        if replay is not None:
+            return replay
+        doc = await self._restore(flow, stored)
+        if doc is None:
+            raise SessionConflictError(turn.first_id)
+        return doc
 
     def _validate_models(self, flow: Flow) -> None:
         self.providers.validate(flow.model_selection())
@@ -243,24 +352,33 @@ class FlowEngine:
             if not step.is_logic():
                 self.providers.validate(step.model_selection())
 
-    async def _restore(self, flow: Flow, session_id: str | None) -> SessionDoc | None:
-        if not session_id:
+    async def _restore(self, flow: Flow, stored: SessionDoc) -> SessionDoc | None:
+        """``stored`` ready to continue, or None when this turn must start a new session instead."""
+        if stored.run_status != "running":
             return None
-        doc = await _before_deadline(self.session_store.load(session_id))
-        if doc is None or doc.run_status != "running":
-            return None
-        if doc.flow.name != flow.id:
-            raise SessionFlowMismatchError(session_id, doc.flow.name, flow.id)
-        doc.check_invariant()
+        if stored.flow.name != flow.id:
+            raise SessionFlowMismatchError(stored.id, stored.flow.name, flow.id)
+        stored.check_invariant()
+        if stored.revision == 0:
+            # Created by a first turn that never landed (its process died, or it failed and kept nothing):
+            # this turn runs as that session's first turn.
+            return stored
         # The default hook never changes the document, so only an overriding flow pays for change detection.
         custom_hook = type(flow).on_restore_session_doc is not Flow.on_restore_session_doc
-        before = doc.to_json_dict() if custom_hook else None
-        restored = await flow.on_restore_session_doc(doc)
+        before = stored.to_json_dict() if custom_hook else None
+        try:
+            restored = await flow.on_restore_session_doc(stored)
+            if restored is not None:
+                restored.check_invariant()
+        except Exception as exc:  # noqa: BLE001 - the stored document stays as it is, for a fixed flow to resume
+            raise _defect(exc, "RESTORE_FAILED", RestoreFailedError) from exc
         if restored is None:
             return None
-        restored.check_invariant()
+        if restored is not stored:
+            restored.receipts = stored.receipts
         if custom_hook and restored.to_json_dict() != before:
             # Only a migrated document is written before the turn; an unchanged one costs nothing.
+            restored.write_id = uuid.uuid4().hex
             saved = await _before_deadline(self.session_store.save(restored, restored.revision))
             restored.revision, restored.save_on = saved.revision, saved.save_on
         return restored
@@ -276,8 +394,57 @@ class FlowEngine:
             size = self.session_store.stored_size(doc)
             if size > limit * FORCE_COMPACTION_RATIO and await self._compact(flow, force=True):
                 doc = flow.write_back()
+        await self._write(doc)
+
+    async def _write(self, doc: SessionDoc) -> None:
+        # A fresh write id per write: reading it back tells whether a write whose answer was lost landed.
+        doc.write_id = uuid.uuid4().hex
         saved = await _before_deadline(self.session_store.save(doc, doc.revision))
         doc.revision, doc.save_on = saved.revision, saved.save_on
+
+    async def _commit(self, flow: Flow, turn: _Turn, response: RunResponse) -> RunResponse:
+        """Save the turn (with its receipt when keyed) and settle what a failed save really did."""
+        doc = flow.get_session_doc()
+        _add_receipt(doc, turn, response)
+        try:
+            await self._save_session(flow)
+        except (SessionConflictError, SessionStoreError, TurnDeadlineError) as exc:
+            return await self._settle(doc, turn, response, exc)
+        except PicoFlowError as exc:
+            return _failure(exc, doc.id, turn.request_id)
+        return response
+
+    async def _settle(self, doc: SessionDoc, turn: _Turn, response: RunResponse, exc: PicoFlowError) -> RunResponse:
+        if isinstance(exc, SessionStoreError) and not exc.ambiguous:
+            return _failure(exc, doc.id, turn.request_id)
+        # A conflict, a write whose answer was lost or a save cut off by the deadline may hide a write that
+        # landed (a retried write that had landed meets its own condition as a conflict): read back to know.
+        stored = await self._read_back(doc.id)
+        if stored is not None:
+            if stored.write_id == doc.write_id:
+                _log.info("Session write confirmed by reading it back", extra={"requestId": turn.request_id})
+                return response
+            replay = _replay(stored, turn, quiet=True)
+            if replay is not None:
+                return replay
+            if isinstance(exc, SessionConflictError) or stored.revision != doc.revision:
+                return _failure(SessionConflictError(doc.id), doc.id, turn.request_id)
+        return _failure(
+            SessionOutcomeUnknownError(f"The save's outcome is unknown after {type(exc).__name__}: {exc}"),
+            doc.id,
+            turn.request_id,
+        )
+
+    async def _read_back(self, session_id: str) -> SessionDoc | None:
+        deadline = _turn_deadline.get()
+        budget = READ_BACK_SECONDS if deadline is None else deadline + READ_BACK_SECONDS - time.monotonic()
+        if budget <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(self.session_store.load(session_id), budget)
+        except Exception as exc:  # noqa: BLE001 - an unreadable store leaves the outcome unknown
+            _log.warning("Read-back after an unsettled save failed", extra={"errorType": type(exc).__name__})
+            return None
 
     async def _compact(self, flow: Flow, *, force: bool) -> bool:
         memory = flow.get_memory()
@@ -307,24 +474,25 @@ class FlowEngine:
             compacted = True
         return compacted
 
-    async def _abort(self, doc: SessionDoc, exc: Exception) -> RunResponse:
-        reason = str(exc) or type(exc).__name__
+    async def _abort(self, flow: Flow, doc: SessionDoc, exc: Exception, turn: _Turn) -> RunResponse:
+        """A defect in flow code: end the session as ``aborted`` (unless the flow keeps it) and say so."""
+        failure = exc if isinstance(exc, PicoFlowError) else PicoFlowError(str(exc), code="TURN_FAILED")
+        response = _failure(failure, doc.id, turn.request_id, cause=exc)
+        if flow.keep_session_on_error:
+            return response
         doc.run_status = "aborted"
-        SessionLogger(doc).error(reason, errorType=type(exc).__name__)
-        message = reason
-        try:
-            await self.session_store.save(doc, doc.revision)
-        except Exception as save_exc:  # noqa: BLE001 - report, do not mask the original failure
-            message = f"{reason} (the aborted session could not be saved: {save_exc})"
-        failure = exc if isinstance(exc, PicoFlowError) else PicoFlowError(message, code="TURN_FAILED")
-        return RunResponse(
-            success=False,
-            completed=False,
-            message=message,
-            session=doc.id,
-            error_code=failure.code,
-            status_code=failure.status_code,
+        SessionLogger(doc).error(
+            str(exc) or type(exc).__name__, errorType=type(exc).__name__, requestId=turn.request_id
         )
+        _add_receipt(doc, turn, response)
+        try:
+            await self._write(doc)
+        except Exception as save_exc:  # noqa: BLE001 - report in the logs, do not mask the original failure
+            _log.error(
+                "The aborted session could not be saved",
+                extra={"requestId": turn.request_id, "errorType": type(save_exc).__name__},
+            )
+        return response
 
     # -- deletion and shutdown ------------------------------------------------------------------
 
@@ -375,6 +543,49 @@ class FlowEngine:
                 self._locks[key] = (lock, users - 1)
 
 
+def _new_flow_doc(flow: Flow) -> FlowDoc:
+    try:
+        return flow.new_flow_doc()
+    except Exception as exc:  # noqa: BLE001 - e.g. an initial step the flow does not define
+        raise _defect(exc, "FLOW_SETUP_FAILED", FlowSetupError) from exc
+
+
+def _replay(stored: SessionDoc, turn: _Turn, *, quiet: bool = False) -> RunResponse | None:
+    """The stored answer when ``turn``'s key is already spent on ``stored``; raises for a misused key."""
+    if turn.key is None:
+        return None
+    receipt = find_receipt(stored.receipts, turn.key)
+    if receipt is None:
+        if stored.id == turn.first_id and stored.revision > 0 and not quiet:
+            # The session this key started has moved on and no longer holds the key's receipt.
+            raise IdempotencyKeyReusedError("The key's first turn is too old to replay.")
+        return None
+    if receipt.request != turn.request:
+        if quiet:
+            return None
+        raise IdempotencyKeyMismatchError("The key was applied to another request body.")
+    status = receipt.response.get("status_code")
+    _log.info("Idempotent replay", extra={"requestId": turn.request_id, "statusCode": status})
+    return RunResponse.model_validate({**receipt.response, "replayed": True})
+
+
+def _add_receipt(doc: SessionDoc, turn: _Turn, response: RunResponse) -> None:
+    if turn.key is not None:
+        response_kept = response.receipt_response()
+        receipt = TurnReceipt(key=turn.key, request=turn.request, at=int(time.time()), response=response_kept)
+        doc.receipts = add_receipt(doc.receipts, receipt)
+
+
+def _defect(exc: BaseException, code: str, kind: type[PicoFlowError] = PicoFlowError) -> PicoFlowError:
+    """``exc`` as a typed error carrying ``code``; a PicoFlow error keeps its own code unless it is a setup one."""
+    if isinstance(exc, PicoFlowError) and kind is PicoFlowError:
+        return exc
+    error = kind(f"{type(exc).__name__}: {exc}")
+    error.code = code
+    error.__cause__ = exc
+    return error
+
+
 async def _before_deadline(call: Awaitable[T]) -> T:
     """Await a store call, giving up when the turn's deadline passes (a hung backend must not outlast it)."""
     deadline = _turn_deadline.get()
@@ -387,14 +598,23 @@ async def _before_deadline(call: Awaitable[T]) -> T:
 
 
 def _public_message(exc: PicoFlowError) -> str:
-    if isinstance(exc, SessionStoreError):
-        # Backend errors can name endpoints and tables: keep them in the logs, not in responses.
-        _log.warning("Session store failure", extra={"operation": exc.operation, "detail": exc.message})
-        return "The session store is unavailable right now; please retry."
-    return exc.message
+    # Request checks speak in fixed sentences of their own; everything else gets its code's sentence.
+    return exc.message if isinstance(exc, BadRequestError) else public_message(exc.code)
 
 
-def _failure(exc: PicoFlowError, session: str) -> RunResponse:
+def _failure(exc: PicoFlowError, session: str, request_id: str, *, cause: BaseException | None = None) -> RunResponse:
+    cause = cause or exc.__cause__ or exc
+    extra: dict[str, Any] = {
+        "requestId": request_id,
+        "code": exc.code,
+        "statusCode": exc.status_code,
+        "errorType": type(cause).__name__,
+        "where": _origin(cause),
+    }
+    if isinstance(exc, SessionStoreError | SessionOutcomeUnknownError):
+        # Our own wording: operation, endpoint and backend code, never user text.
+        extra["detail"] = exc.message
+    (_log.error if exc.status_code >= 500 else _log.info)("Turn failed", extra=extra)
     return RunResponse(
         success=False,
         completed=False,
@@ -402,7 +622,18 @@ def _failure(exc: PicoFlowError, session: str) -> RunResponse:
         session=session,
         error_code=exc.code,
         status_code=exc.status_code,
+        request_id=request_id,
+        retry_after=RETRY_AFTER_SECONDS.get(exc.code) if exc.status_code >= 409 else None,
+        detail=exc.message,
     )
+
+
+def _origin(exc: BaseException) -> str | None:
+    """``file:line`` where ``exc`` was raised, for the logs (its message may quote user data)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else None
 
 
 def _usage_since(before: TokenUsage, after: TokenUsage) -> TokenUsage:

@@ -63,13 +63,17 @@ class SessionStoreError(PicoFlowError):
     code = "SESSION_STORE_ERROR"
     status_code = 500
 
-    def __init__(self, operation: str, session_id: str | None, reason: str, *, status_code: int = 500) -> None:
+    def __init__(
+        self, operation: str, session_id: str | None, reason: str, *, status_code: int = 500, ambiguous: bool = False
+    ) -> None:
         super().__init__(
             f"Session store {operation} failed for session '{session_id or ''}': {reason}",
             status_code=status_code,
         )
         self.operation = operation
         self.session_id = session_id
+        #: The request may have reached the backend (e.g. a read timeout): a write may have landed.
+        self.ambiguous = ambiguous
 
 
 class SessionTooLargeError(PicoFlowError):
@@ -85,3 +89,88 @@ class SessionTooLargeError(PicoFlowError):
         self.session_id = session_id
         self.size = size
         self.limit = limit
+
+
+class SessionOutcomeUnknownError(PicoFlowError):
+    """A session write was sent but its outcome could not be learnt in time; retry with the same key."""
+
+    code = "SESSION_OUTCOME_UNKNOWN"
+    status_code = 503
+
+
+class ModelUnavailableError(PicoFlowError):
+    """A model call failed after its attempts (provider error, timeout, throttling); the session is kept."""
+
+    code = "MODEL_UNAVAILABLE"
+    status_code = 502
+
+
+class FlowSetupError(PicoFlowError):
+    """The flow could not be built for this turn (constructor, ``init``, steps or model configuration)."""
+
+    code = "FLOW_SETUP_FAILED"
+    status_code = 500
+
+
+class RestoreFailedError(PicoFlowError):
+    """``on_restore_session_doc`` raised; the stored document is left exactly as it was."""
+
+    code = "RESTORE_FAILED"
+    status_code = 500
+
+
+class IdempotencyKeyMismatchError(PicoFlowError):
+    """An ``Idempotency-Key`` already applied to another request body."""
+
+    code = "IDEMPOTENCY_KEY_MISMATCH"
+    status_code = 422
+
+
+class IdempotencyKeyReusedError(PicoFlowError):
+    """An ``Idempotency-Key`` whose first turn is too old to replay."""
+
+    code = "IDEMPOTENCY_KEY_REUSED"
+    status_code = 422
+
+
+# The one sentence a client reads for each failure code. Exception text, upstream bodies, paths and
+# endpoints never reach a response: they go to the logs and to the session's ``error`` array.
+PUBLIC_MESSAGES: dict[str, str] = {
+    "BAD_REQUEST": "The request is not valid.",
+    "FLOW_NOT_FOUND": "The flow named in flowName is not registered.",
+    "SESSION_CONFLICT": "The session was changed by another request at the same time; please retry.",
+    "SESSION_FLOW_MISMATCH": "This session belongs to another flow; start a new session for this one.",
+    "SESSION_FLOW_INVARIANT": "The stored session cannot be read; start a new session.",
+    "SESSION_TOO_LARGE": "The session has grown too large to be saved.",
+    "SESSION_STORE_ERROR": "The session store is unavailable right now; please retry.",
+    "SESSION_OUTCOME_UNKNOWN": (
+        "The turn's outcome could not be confirmed; retry with the same Idempotency-Key to learn it."
+    ),
+    "TURN_DEADLINE": "The turn ran out of time; the session is unchanged, please retry.",
+    "MODEL_UNAVAILABLE": "The model service failed to answer; the session is unchanged, please retry.",
+    "MODEL_TIMEOUT": "The model service did not answer in time; the session is unchanged, please retry.",
+    "MODEL_THROTTLED": "The model service is busy; the session is unchanged, please retry shortly.",
+    "LLM_BLOCKED": "The model service refused this request.",
+    "TURN_FAILED": "The flow failed while handling this turn.",
+    "FLOW_SETUP_FAILED": "The flow could not be started; the session is unchanged.",
+    "RESTORE_FAILED": "The session could not be restored; it is kept unchanged.",
+    "IDEMPOTENCY_KEY_MISMATCH": "This Idempotency-Key was already used with a different request body.",
+    "IDEMPOTENCY_KEY_REUSED": "This Idempotency-Key was already used and can no longer be replayed; use a new key.",
+}
+GENERIC_MESSAGE = "The turn failed."
+
+# Seconds a client should wait before retrying each retryable code.
+RETRY_AFTER_SECONDS: dict[str, int] = {
+    "SESSION_CONFLICT": 1,
+    "SESSION_STORE_ERROR": 2,
+    "SESSION_OUTCOME_UNKNOWN": 2,
+    "TURN_DEADLINE": 2,
+    "MODEL_UNAVAILABLE": 5,
+    "MODEL_TIMEOUT": 5,
+    "MODEL_THROTTLED": 10,
+}
+
+
+def public_message(code: str | None) -> str:
+    """The fixed sentence a response carries for ``code``."""
+    return PUBLIC_MESSAGES.get(code or "", GENERIC_MESSAGE)

@@ -51,6 +51,8 @@ class Flow:
     id: ClassVar[str] = ""
     #: Save the session on every top-level step crossing, not only at the end of the turn (one write each).
     checkpoint_on_crossing: ClassVar[bool] = False
+    #: Keep the session as it was when flow code raises during a turn, instead of ending it as ``aborted``.
+    keep_session_on_error: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

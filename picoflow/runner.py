@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
 
 from picoflow.compaction import summary_system_message
-from picoflow.errors import PicoFlowError
+from picoflow.errors import ModelUnavailableError, PicoFlowError
 from picoflow.messages import AiMessageEx, HumanMessageEx, ToolMessageEx, content_text, gen_message_id, is_direct
 from picoflow.models.selection import ModelSelection
 from picoflow.parallel import DirectResult, ParallelCancelledError, active_scope, current_signal, execution_frames
@@ -85,9 +85,19 @@ class _Failure:
     last_response: Any = None
     stopped_because: StopReason = "attempts_exhausted"
 
-    def as_error(self) -> PicoFlowError:
-        # A code of its own, so clients and metrics tell a failing model apart from other turn failures.
-        return PicoFlowError(f"LLM call failed. Reason:{self.reason}. Error:{self.message}", code="MODEL_CALL_FAILED")
+    def as_error(self) -> ModelUnavailableError:
+        # Codes of their own, so clients and metrics tell a failing model apart from a failing flow; none aborts.
+        text = f"LLM call failed. Reason:{self.reason}. Error:{self.message}"
+        if self.reason == "timeout":
+            return ModelUnavailableError(text, code="MODEL_TIMEOUT", status_code=504)
+        if _is_throttling(self.error):
+            return ModelUnavailableError(text, code="MODEL_THROTTLED", status_code=503)
+        return ModelUnavailableError(text)
+
+
+def _is_throttling(error: BaseException | None) -> bool:
+    # OpenAI-style clients raise RateLimitError with status 429; others expose only the status.
+    return getattr(error, "status_code", None) == 429 or type(error).__name__ == "RateLimitError"
 
 
 async def run_turn(flow: Flow, user_message: str | None) -> Any:

@@ -29,11 +29,6 @@ def table_name(function) -> str:
 
 
 @pytest.fixture(scope="module")
-def idempotency_table_name(function) -> str:
-    return function["Environment"]["Variables"]["IDEMPOTENCY_TABLE"]["Ref"]
-
-
-@pytest.fixture(scope="module")
 def http_api(template) -> dict:
     (props,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::HttpApi"]
     return props
@@ -79,7 +74,8 @@ def test_environment(function, table_name):
     assert env["POWERTOOLS_SERVICE_NAME"]
     assert env["POWERTOOLS_METRICS_NAMESPACE"]
     assert env["OPENAI_API_KEY_PARAMETER"] == {"Ref": "OpenAIKeyParameterName"}
-    assert env["IDEMPOTENCY_TABLE"] == {"Ref": "IdempotencyTable"}
+    # Idempotency-Key receipts travel in the session item itself: no second table to keep in step.
+    assert "IDEMPOTENCY_TABLE" not in env
     assert "OPENAI_API_KEY" not in env
 
 
@@ -112,7 +108,7 @@ def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def test_dynamodb_access_is_item_level_and_per_table(function, table_name, idempotency_table_name):
+def test_dynamodb_access_is_item_level_and_on_the_sessions_table_only(template, function, table_name):
     dynamo = [s for s in _statements(function) if any(a.startswith("dynamodb:") for a in _as_list(s["Action"]))]
     actions: dict[str, set[str]] = {}
     for statement in dynamo:
@@ -123,20 +119,9 @@ def test_dynamodb_access_is_item_level_and_per_table(function, table_name, idemp
         actions.setdefault(table, set()).update(_as_list(statement["Action"]))
     assert actions == {
         table_name: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"},
-        idempotency_table_name: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"},
     }
-
-
-def test_idempotency_table(template, idempotency_table_name):
-    resource = template["Resources"][idempotency_table_name]
-    assert resource["Type"] == "AWS::DynamoDB::Table"
-    table = resource["Properties"]
-    assert table["BillingMode"] == "PAY_PER_REQUEST"
-    assert table["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
-    assert table["AttributeDefinitions"] == [{"AttributeName": "id", "AttributeType": "S"}]
-    # Powertools' DynamoDBPersistenceLayer writes its expiry to the attribute "expiration".
-    assert table["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
-    assert table["SSESpecification"]["SSEEnabled"] is True
+    tables = [name for name, r in template["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"]
+    assert tables == [table_name]
 
 
 def test_jwt_authorizer_is_optional(template, http_api):
@@ -192,4 +177,4 @@ def test_outputs(template, table_name):
     outputs = template["Outputs"]
     assert "execute-api" in outputs["ApiUrl"]["Value"]["Fn::Sub"]
     assert outputs["SessionsTableName"]["Value"] == {"Ref": table_name}
-    assert outputs["IdempotencyTableName"]["Value"] == {"Ref": "IdempotencyTable"}
+    assert "IdempotencyTableName" not in outputs

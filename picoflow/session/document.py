@@ -16,12 +16,14 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from picoflow.errors import SessionFlowInvariantError
+from picoflow.session.receipts import TurnReceipt
 
 SESSION_DOC_VERSION = 1.5
 
@@ -211,6 +213,52 @@ class SessionDoc(_Doc):
     warn: list[LogEntry] = Field(default_factory=list)
     debug: list[LogEntry] = Field(default_factory=list)
     verbose: list[LogEntry] = Field(default_factory=list)
+
+    # Stored beside the portable document, never in its JSON: receipts of applied keyed turns and the
+    # id of the write that produced this copy (how a turn learns whether its timed-out write landed).
+    _receipts: list[TurnReceipt] = PrivateAttr(default_factory=list)
+    _write_id: str | None = PrivateAttr(default=None)
+
+    @property
+    def receipts(self) -> list[TurnReceipt]:
+        """Receipts of the keyed turns applied to this session (newest last)."""
+        return self._receipts
+
+    @receipts.setter
+    def receipts(self, value: list[TurnReceipt]) -> None:
+        self._receipts = list(value)
+
+    @property
+    def write_id(self) -> str | None:
+        """The id of the write that stored this copy, if any."""
+        return self._write_id
+
+    @write_id.setter
+    def write_id(self, value: str | None) -> None:
+        self._write_id = value
+
+    def item_data(self) -> dict[str, Any]:
+        """The non-document part of the stored item (empty when there is none)."""
+        data: dict[str, Any] = {}
+        if self._receipts:
+            data["receipts"] = [receipt.model_dump() for receipt in self._receipts]
+        if self._write_id:
+            data["writeId"] = self._write_id
+        return data
+
+    def load_item_data(self, data: Any) -> None:
+        """Restore what :meth:`item_data` produced; unreadable parts are dropped rather than refused."""
+        if not isinstance(data, dict):
+            return
+        receipts = []
+        for raw in data.get("receipts") or ():
+            try:
+                receipts.append(TurnReceipt.model_validate(raw))
+            except ValidationError:
+                continue
+        self._receipts = receipts
+        write_id = data.get("writeId")
+        self._write_id = write_id if isinstance(write_id, str) else None
 
     @model_validator(mode="before")
     @classmethod

@@ -111,8 +111,8 @@ class DynamoDBSessionStore(SessionStore):
             raise SessionFlowInvariantError(f"Session '{session_id}' has an unreadable stored item: {exc}") from exc
         return decode_document(raw, revision)
 
-    async def create(self, flow: FlowDoc | dict[str, Any]) -> SessionDoc:
-        doc = new_document(flow)
+    async def create(self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None) -> SessionDoc:
+        doc = new_document(flow, session_id)
         item = self._checked_item(doc)
         await self._call(
             "create",
@@ -219,8 +219,14 @@ class DynamoDBSessionStore(SessionStore):
                 operation, session_id, f"{code or 'ClientError'}: {error.get('Message', '')}".strip(),
                 status_code=503 if unavailable else 500,
             ) from exc
-        except (BotoConnectionError, HTTPClientError) as exc:
+        except BotoConnectionError as exc:
+            # The connection was never made, so nothing reached the table.
             raise SessionStoreError(operation, session_id, f"{type(exc).__name__}: {exc}", status_code=503) from exc
+        except HTTPClientError as exc:
+            # Sent, then no answer (read timeout, connection dropped): a write may have landed all the same.
+            raise SessionStoreError(
+                operation, session_id, f"{type(exc).__name__}: {exc}", status_code=503, ambiguous=method != "get_item"
+            ) from exc
         except BotoCoreError as exc:
             raise SessionStoreError(operation, session_id, f"{type(exc).__name__}: {exc}") from exc
 

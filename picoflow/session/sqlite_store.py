@@ -53,8 +53,8 @@ class SQLiteSessionStore(SessionStore):
             return None
         return decode_document(row[1], row[0])
 
-    async def create(self, flow: FlowDoc | dict[str, Any]) -> SessionDoc:
-        doc = new_document(flow)
+    async def create(self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None) -> SessionDoc:
+        doc = new_document(flow, session_id)
         text = self._encode(doc)
 
         def insert(conn: sqlite3.Connection) -> bool:

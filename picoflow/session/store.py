@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from abc import ABC, abstractmethod
@@ -9,6 +10,9 @@ from typing import Any
 
 from picoflow.errors import PicoFlowError, SessionFlowInvariantError
 from picoflow.session.document import FlowDoc, SessionDoc, utc_now
+
+#: The key under which a stored item keeps what is not part of the portable document.
+ITEM_KEY = "_item"
 
 
 def new_session_id() -> str:
@@ -30,8 +34,11 @@ class SessionStore(ABC):
         """Return the stored document, or ``None`` when there is none."""
 
     @abstractmethod
-    async def create(self, flow: FlowDoc | dict[str, Any]) -> SessionDoc:
-        """Persist a new document around ``flow`` at revision 0 under a fresh id."""
+    async def create(self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None) -> SessionDoc:
+        """Persist a new document around ``flow`` at revision 0 under ``session_id`` (default: a fresh id).
+
+        Raises ``SessionConflictError`` when a document already has that id.
+        """
 
     @abstractmethod
     async def save(self, doc: SessionDoc, expected_revision: int) -> SessionDoc:
@@ -54,29 +61,35 @@ class SessionStore(ABC):
 
 
 def encode_document(doc: SessionDoc) -> bytes:
-    """The compact UTF-8 JSON encoding of a document."""
-    return doc.model_dump_json(by_alias=True).encode("utf-8")
+    """The compact UTF-8 JSON encoding of a document, with its item data under ``_item`` when it has any."""
+    encoded = doc.model_dump_json(by_alias=True).encode("utf-8")
+    extra = doc.item_data()
+    if not extra:
+        return encoded
+    # Spliced rather than re-dumped: the document is encoded once, the small item part beside it.
+    tail = json.dumps(extra, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return encoded[:-1] + b',"' + ITEM_KEY.encode("ascii") + b'":' + tail + b"}"
 
 
 def decode_document(raw: bytes | str, revision: int) -> SessionDoc:
     """A stored document, at the revision its backend records (the backend's copy is authoritative)."""
-    import json
-
     try:
         data = json.loads(raw)
     except ValueError as exc:
         raise SessionFlowInvariantError(f"Stored session is not valid JSON: {exc}") from exc
+    extra = data.pop(ITEM_KEY, None) if isinstance(data, dict) else None
     doc = SessionDoc.from_stored(data)
     doc.revision = revision
+    doc.load_item_data(extra)
     return doc
 
 
-def new_document(flow: FlowDoc | dict[str, Any]) -> SessionDoc:
+def new_document(flow: FlowDoc | dict[str, Any], session_id: str | None = None) -> SessionDoc:
     """A fresh running document at revision 0 around ``flow``, checked against the one-flow invariant."""
     flow_doc = flow if isinstance(flow, FlowDoc) else _validate_flow(flow)
     now = utc_now()
     doc = SessionDoc(
-        id=new_session_id(), revision=0, flow=flow_doc.model_copy(deep=True), created_on=now, save_on=now
+        id=session_id or new_session_id(), revision=0, flow=flow_doc.model_copy(deep=True), created_on=now, save_on=now
     )
     doc.check_invariant()
     return doc
