@@ -23,6 +23,7 @@ from picoflow import (
     go,
     tool,
 )
+from picoflow.errors import public_message
 from picoflow.messages import from_message_doc, to_message_doc
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
@@ -91,7 +92,8 @@ async def test_unknown_flow_and_bad_input_are_failures_not_exceptions():
     engine, _ = scripted_engine([OtherFlow], [])
     missing = await engine.run("NoSuchFlow", "hi")
     assert (missing.success, missing.completed, missing.session) == (False, False, "")
-    assert missing.error_code == "FLOW_NOT_FOUND" and "NoSuchFlow" in missing.message
+    assert missing.error_code == "FLOW_NOT_FOUND" and missing.message == public_message("FLOW_NOT_FOUND")
+    assert "NoSuchFlow" in missing.detail
     bad_config = await engine.run("OtherFlow", "hi", config=["not", "a", "dict"])
     assert bad_config.status_code == 400
     bad_id = await engine.run("OtherFlow", "hi", session_id="../etc/passwd")
@@ -144,11 +146,15 @@ async def test_invalid_initial_step_and_unknown_provider_fail_clearly():
     engine, _ = scripted_engine([BadInitial], [])
     response = await engine.run("BadInitial", "hi")
     assert not response.success
-    assert response.message == "Initial step 'VipStep' is not defined in flow 'BadInitial'."
+    assert (response.error_code, response.status_code) == ("FLOW_SETUP_FAILED", 500)
+    assert response.message == public_message("FLOW_SETUP_FAILED")
+    assert response.detail == "PicoFlowError: Initial step 'VipStep' is not defined in flow 'BadInitial'."
 
     plain = FlowEngine(flows=[OtherFlow], session_store=MemorySessionStore(), providers=[])
     response = await plain.run("OtherFlow", "hi")
-    assert not response.success and "not registered" in response.message
+    assert not response.success and response.error_code == "FLOW_SETUP_FAILED"
+    assert response.message == public_message("FLOW_SETUP_FAILED")
+    assert "not registered" in response.detail
 
 
 async def test_flow_mismatch_leaves_the_stored_document_byte_for_byte_unchanged():
@@ -157,7 +163,8 @@ async def test_flow_mismatch_leaves_the_stored_document_byte_for_byte_unchanged(
     before = (await engine.session_store.load(first.session)).model_dump_json()
     mismatch = await engine.run("OtherFlow", "hi", first.session)
     assert (mismatch.success, mismatch.status_code, mismatch.error_code) == (False, 409, "SESSION_FLOW_MISMATCH")
-    assert mismatch.message == (
+    assert mismatch.message == public_message("SESSION_FLOW_MISMATCH")
+    assert mismatch.detail == (
         f"Session '{first.session}' belongs to flow 'ContextFlow', not 'OtherFlow'. "
         "Start a new session for that flow."
     )
@@ -175,7 +182,8 @@ async def test_concurrent_writer_loses_with_a_conflict_and_writes_nothing():
     )
     assert fast.success
     assert (slow.success, slow.status_code, slow.error_code) == (False, 409, "SESSION_CONFLICT")
-    assert slow.message == f"Session '{first.session}' was changed or removed by another request."
+    assert slow.message == public_message("SESSION_CONFLICT")
+    assert slow.detail == f"Session '{first.session}' was changed or removed by another request."
     doc = await store.load(first.session)
     assert doc.revision == 2 and doc.run_status == "running"
     contents = [m.content for m in doc.flow.memory["WelcomeStep"].messages]

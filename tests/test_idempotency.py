@@ -1,9 +1,14 @@
-"""Idempotency-Key on POST /ai/run: replays, refusals and what is (not) kept, on moto with a scripted model."""
+"""Idempotency-Key on POST /ai/run: replays, refusals and what is (not) applied, on moto with a scripted model.
+
+The receipt of a keyed turn travels in the session item, in the same conditional write as the turn, so these
+tests read the sessions table to prove what landed. The separate-process and slow-store timings run against
+DynamoDB Local in ``test_retry_safety.py``.
+"""
 
 import hashlib
 import json
 import threading
-import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,14 +17,12 @@ import pytest
 import handlers.api as api
 from picoflow import SessionConflictError, SessionStoreError
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.session.dynamodb_store import create_table
+from picoflow.errors import public_message
+from picoflow.session import receipts
 from tests.support import echo_flows
 from tests.support.dynamodb_local import DynamoTable
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
-
-IDEMPOTENCY_TABLE = "idempotency"
-
 
 def reply(text: str, **extra: Any) -> dict[str, Any]:
     return {"content": text, "usage": {"input_tokens": 5, "output_tokens": 1}, **extra}
@@ -68,8 +71,18 @@ class Client:
     def sessions(self) -> list[dict]:
         return self.table.client.scan(TableName=self.table.name, ConsistentRead=True)["Items"]
 
-    def records(self) -> list[dict]:
-        return self.table.client.scan(TableName=IDEMPOTENCY_TABLE, ConsistentRead=True)["Items"]
+    def doc(self, session: str) -> dict:
+        item = self.table.client.get_item(TableName=self.table.name, Key={"id": {"S": session}}, ConsistentRead=True)
+        return json.loads(zlib.decompress(item["Item"]["doc"]["B"]))
+
+    def messages(self, session: str) -> list[tuple[str, str]]:
+        memory = self.doc(session)["flow"]["memory"]
+        return [(m["type"], m["content"]) for space in memory.values() for m in space["messages"]]
+
+    def conversation(self, session: str) -> list[tuple[str, str]]:
+        """The user's and the model's messages, in order (no system slot, no step-entry markers)."""
+        user_or_model = [pair for pair in self.messages(session) if pair[0] in ("human", "ai")]
+        return [pair for pair in user_or_model if pair != ("human", "Start")]
 
     def revision(self, session: str) -> int:
         item = self.table.client.get_item(TableName=self.table.name, Key={"id": {"S": session}}, ConsistentRead=True)
@@ -78,11 +91,8 @@ class Client:
 
 @pytest.fixture
 def client(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Client]:
-    # Same key layout as the sessions table: ``id`` (S), on demand.
-    create_table(moto_dynamodb.client, IDEMPOTENCY_TABLE)
     monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
     monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
-    monkeypatch.setenv("IDEMPOTENCY_TABLE", IDEMPOTENCY_TABLE)
     monkeypatch.setenv("PICOFLOW_FLOWS", echo_flows.__name__)
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_MAX_MESSAGE_CHARS", "DYNAMODB_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
@@ -109,17 +119,27 @@ def test_a_retry_gets_the_original_response_without_running_again(client):
     assert len(client.sessions()) == 1
 
 
-def test_the_key_is_scoped_by_the_session(client):
+def test_each_turn_of_a_session_has_its_own_key(client):
     client.script(reply("first"), reply("second"))
-    _, _, first = client.run("hello", key="same")
+    _, _, first = client.run("hello", key="key-1")
     session = first["session"]
-    status, _, second = client.run("and then", key="same", session=session)
+    status, _, second = client.run("and then", key="key-2", session=session)
     assert (status, second["message"], second["session"]) == (200, "second", session)
-    assert client.revision(session) == 2
-
-    assert client.run("and then", key="same", session=session)[2] == second
+    assert client.run("and then", key="key-2", session=session)[2] == second
+    assert client.run("hello", key="key-1")[2] == first
     assert client.model_calls() == 2
     assert client.revision(session) == 2
+    assert client.conversation(session) == [
+        ("human", "hello"), ("ai", "first"), ("human", "and then"), ("ai", "second"),
+    ]
+
+
+def test_a_key_reused_for_another_turn_of_the_session_is_refused(client):
+    client.script(reply("first"))
+    _, _, first = client.run("hello", key="same")
+    status, _, body = client.run("and then", key="same", session=first["session"])
+    assert (status, body["code"]) == (422, "IDEMPOTENCY_KEY_MISMATCH")
+    assert client.revision(first["session"]) == 1 and client.model_calls() == 1
 
 
 def test_the_key_is_scoped_by_the_jwt_subject(client):
@@ -143,10 +163,11 @@ def test_the_same_key_with_another_body_is_refused(client, change):
     request = {"message": "hello", "config": {"tenantId": "demo"}, **change}
     status, headers, body = client.run(request.pop("message"), key="k-2", **request)
     assert status == 422
-    assert body == {
+    assert body["requestId"]
+    assert {k: v for k, v in body.items() if k != "requestId"} == {
         "success": False,
         "completed": False,
-        "message": "This Idempotency-Key was already used with a different request body.",
+        "message": public_message("IDEMPOTENCY_KEY_MISMATCH"),
         "session": "",
         "code": "IDEMPOTENCY_KEY_MISMATCH",
     }
@@ -155,40 +176,35 @@ def test_the_same_key_with_another_body_is_refused(client, change):
     assert client.revision(first["session"]) == 1
 
 
-def test_a_duplicate_in_flight_is_told_to_retry_later(client):
+def test_a_duplicate_in_flight_waits_and_gets_the_same_answer(client):
     client.script(reply("slow", delay=1.0))
     results: list[tuple] = []
-    first = threading.Thread(target=lambda: results.append(client.run("hello", key="k-3")))
-    first.start()
-    deadline = time.monotonic() + 5
-    while not any(r["status"]["S"] == "INPROGRESS" for r in client.records()):
-        assert time.monotonic() < deadline, "the first attempt never recorded itself"
-        time.sleep(0.02)
-
-    status, headers, body = client.run("hello", key="k-3")
-    assert (status, body["code"], body["success"]) == (409, "IDEMPOTENCY_IN_PROGRESS", False)
-    assert int(headers["retry-after"]) >= 1
-    first.join(timeout=10)
-
-    ((first_status, _, original),) = results
-    assert first_status == 200 and original["message"] == "slow"
-    assert client.run("hello", key="k-3")[2] == original
+    threads = [threading.Thread(target=lambda: results.append(client.run("hello", key="k-3"))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    (s1, h1, b1), (s2, h2, b2) = results
+    assert (s1, s2) == (200, 200) and b1 == b2 and b1["message"] == "slow"
+    assert sorted([h1.get("idempotent-replayed"), h2.get("idempotent-replayed")], key=str) == [None, "true"]
     assert client.model_calls() == 1
+    assert client.revision(b1["session"]) == 1 and len(client.sessions()) == 1
 
 
-def test_a_failed_turn_is_not_kept_so_the_retry_runs(client, monkeypatch):
+def test_a_transient_failure_spends_nothing_so_the_retry_runs(client, monkeypatch):
     client.script(reply("recovered"))
     store = api.get_engine().session_store
     create = store.create
 
-    async def down_once(flow_doc):
+    async def down_once(flow_doc, **kwargs):
         monkeypatch.setattr(store, "create", create)
         raise SessionStoreError("create", None, "throttled", status_code=503)
 
     monkeypatch.setattr(store, "create", down_once)
-    status, _, body = client.run("hello", key="k-4")
+    status, headers, body = client.run("hello", key="k-4")
     assert (status, body["code"]) == (503, "SESSION_STORE_ERROR")
-    assert client.records() == []
+    assert int(headers["retry-after"]) >= 1
+    assert client.sessions() == []
 
     status, headers, body = client.run("hello", key="k-4")
     assert (status, body["message"]) == (200, "recovered")
@@ -197,7 +213,7 @@ def test_a_failed_turn_is_not_kept_so_the_retry_runs(client, monkeypatch):
     assert client.model_calls() == 1
 
 
-def test_a_conflict_is_not_kept_so_the_retry_runs(client, monkeypatch):
+def test_a_lost_race_is_a_conflict_and_the_retry_runs(client, monkeypatch):
     client.script(reply("first"), reply("lost the race"), reply("won"))
     _, _, first = client.run("hello")
     session = first["session"]
@@ -211,23 +227,116 @@ def test_a_conflict_is_not_kept_so_the_retry_runs(client, monkeypatch):
     monkeypatch.setattr(store, "save", lose_once)
     status, _, body = client.run("again", key="k-5", session=session)
     assert (status, body["code"]) == (409, "SESSION_CONFLICT")
+    assert client.revision(session) == 1
 
     status, _, body = client.run("again", key="k-5", session=session)
     assert (status, body["message"]) == (200, "won")
     assert client.revision(session) == 2
+    assert client.messages(session).count(("human", "again")) == 1
 
 
-def test_a_final_client_error_is_kept_and_replayed(client, monkeypatch):
+def test_a_save_whose_answer_was_lost_but_landed_is_a_success_and_replays(client, monkeypatch):
+    client.script(reply("landed"))
+    store = api.get_engine().session_store
+    save = store.save
+
+    async def lands_then_times_out(doc, expected_revision):
+        await save(doc, expected_revision)
+        raise SessionStoreError("save", doc.id, "ReadTimeoutError: http://127.0.0.1/", status_code=503, ambiguous=True)
+
+    monkeypatch.setattr(store, "save", lands_then_times_out)
+    status, headers, body = client.run("hello", key="k-10")
+    assert (status, body["message"]) == (200, "landed")
+    session = body["session"]
+    again = client.run("hello", key="k-10")
+    assert (again[0], again[2], again[1]["idempotent-replayed"]) == (200, body, "true")
+    assert client.model_calls() == 1 and client.revision(session) == 1
+    assert client.conversation(session) == [("human", "hello"), ("ai", "landed")]
+
+
+def test_a_save_whose_outcome_is_unknown_says_so_and_the_retry_applies_it_once(client, monkeypatch):
+    client.script(reply("first"), reply("lost"), reply("second try"))
+    _, _, first = client.run("hi")
+    session = first["session"]
+    store = api.get_engine().session_store
+    save = store.save
+
+    async def never_answers(doc, expected_revision):
+        monkeypatch.setattr(store, "save", save)
+        raise SessionStoreError("save", doc.id, "ReadTimeoutError: http://127.0.0.1/", status_code=503, ambiguous=True)
+
+    monkeypatch.setattr(store, "save", never_answers)
+    status, headers, body = client.run("book", key="k-11", session=session)
+    assert (status, body["code"]) == (503, "SESSION_OUTCOME_UNKNOWN")
+    assert body["message"] == public_message("SESSION_OUTCOME_UNKNOWN")
+    assert int(headers["retry-after"]) >= 1
+    assert client.revision(session) == 1
+
+    status, _, body = client.run("book", key="k-11", session=session)
+    assert (status, body["message"]) == (200, "second try")
+    assert client.revision(session) == 2
+    assert client.messages(session).count(("human", "book")) == 1
+
+
+def test_a_first_turn_that_never_landed_is_finished_by_its_retry_in_the_same_session(client, monkeypatch):
+    client.script(reply("lost"), reply("kept"))
+    store = api.get_engine().session_store
+    save = store.save
+
+    async def down_once(doc, expected_revision):
+        monkeypatch.setattr(store, "save", save)
+        raise SessionStoreError("save", doc.id, "ServiceUnavailable", status_code=503)
+
+    monkeypatch.setattr(store, "save", down_once)
+    status, _, failed = client.run("hello", key="k-12")
+    assert (status, failed["code"]) == (503, "SESSION_STORE_ERROR")
+    session = failed["session"]
+    assert client.revision(session) == 0  # created, its first turn not applied
+
+    status, _, body = client.run("hello", key="k-12")
+    assert (status, body["message"], body["session"]) == (200, "kept", session)
+    assert client.revision(session) == 1 and len(client.sessions()) == 1
+    assert client.conversation(session) == [("human", "hello"), ("ai", "kept")]
+
+
+def test_a_too_large_turn_is_not_applied_so_its_retry_is_refused_again(client, monkeypatch):
     # A fresh document fits in 1000 bytes; the same one holding this incompressible reply does not.
-    client.script(reply("".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(64))))
+    big = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(64))
+    client.script(reply(big), reply(big))
     monkeypatch.setattr(api.get_engine().session_store, "max_document_bytes", 1000)
     status, _, body = client.run("hello", key="k-6")
     assert (status, body["code"]) == (413, "SESSION_TOO_LARGE")
-
     again = client.run("hello", key="k-6")
-    assert (again[0], again[2]) == (413, body)
-    assert again[1]["idempotent-replayed"] == "true"
-    assert client.model_calls() == 1
+    assert (again[0], again[2]["code"]) == (413, "SESSION_TOO_LARGE")
+    assert "idempotent-replayed" not in again[1]
+    assert client.revision(body["session"]) == 0
+
+
+def test_a_key_whose_receipt_was_dropped_is_refused_rather_than_run_again(client, monkeypatch):
+    monkeypatch.setattr(receipts, "MAX_RECEIPTS", 2)
+    client.script(*(reply(f"answer {n}") for n in range(4)))
+    _, _, first = client.run("turn 0", key="k-first")
+    session = first["session"]
+    for n in (1, 2, 3):
+        assert client.run(f"turn {n}", key=f"k-{n}", session=session)[0] == 200
+    assert len(client.doc(session)["_item"]["receipts"]) == 2
+
+    status, _, body = client.run("turn 0", key="k-first")
+    assert (status, body["code"]) == (422, "IDEMPOTENCY_KEY_REUSED")
+    assert client.model_calls() == 4 and client.revision(session) == 4
+
+
+def test_the_stored_receipt_holds_digests_never_the_key(client):
+    client.script(reply("ok"))
+    key = "secret-key-material-0123456789"
+    _, _, body = client.run("hello", key=key)
+    item = client.table.client.get_item(
+        TableName=client.table.name, Key={"id": {"S": body["session"]}}, ConsistentRead=True
+    )["Item"]
+    raw = zlib.decompress(item["doc"]["B"]).decode()
+    assert key not in raw and key not in body["session"]
+    (receipt,) = client.doc(body["session"])["_item"]["receipts"]
+    assert receipt["key"] == receipts.key_digest(key) and receipt["response"]["message"] == "ok"
 
 
 def test_a_raw_content_type_is_replayed_as_is(client):
@@ -237,6 +346,7 @@ def test_a_raw_content_type_is_replayed_as_is(client):
     again = client.run("rooms?", key="k-7", flow="JsonFlow")
     assert again[1]["content-type"] == "application/json"
     assert again[1]["chat_session_id"] == headers["chat_session_id"]
+    assert again[1]["idempotent-replayed"] == "true"
     assert again[2] == {"rooms": 2}
     assert client.model_calls() == 1
 
@@ -251,7 +361,7 @@ def test_a_malformed_key_is_400_and_touches_nothing(client, key):
     status, headers, body = client.run("hello", key=key)
     assert (status, body["code"], body["success"]) == (400, "BAD_REQUEST", False)
     assert "Idempotency-Key" in body["message"]
-    assert client.sessions() == [] and client.records() == []
+    assert client.sessions() == []
 
 
 def test_the_longest_key_is_accepted(client):
@@ -259,21 +369,8 @@ def test_the_longest_key_is_accepted(client):
     assert client.run("hello", key="~" * api.MAX_IDEMPOTENCY_KEY_CHARS)[0] == 200
 
 
-def test_without_a_table_the_header_is_checked_but_nothing_is_replayed(client, monkeypatch):
-    monkeypatch.delenv("IDEMPOTENCY_TABLE")
+def test_without_a_key_every_request_is_a_new_turn(client):
     client.script(reply("one"), reply("two"))
-    assert client.run("hello", key="k-8")[2]["message"] == "one"
-    assert client.run("hello", key="k-8")[2]["message"] == "two"
-    assert client.run("hello", key="x" * 300)[0] == 400
-    assert client.records() == []
-
-
-def test_an_unreachable_table_fails_closed(client, monkeypatch):
-    monkeypatch.setenv("IDEMPOTENCY_TABLE", "no-such-table")
-    client.script(reply("never"))
-    status, headers, body = client.run("hello", key="k-9")
-    assert (status, body["code"]) == (503, "IDEMPOTENCY_UNAVAILABLE")
-    assert int(headers["retry-after"]) >= 1
-    assert client.model_calls() == 0
-    assert client.sessions() == []
-    assert client.run("hello")[0] == 200
+    assert client.run("hello")[2]["message"] == "one"
+    assert client.run("hello")[2]["message"] == "two"
+    assert len(client.sessions()) == 2

@@ -25,6 +25,7 @@ from picoflow import (
     tool,
     tools,
 )
+from picoflow.errors import public_message
 from tests.support.engine import call, scripted_engine, text
 
 
@@ -257,7 +258,8 @@ async def test_group_handler_must_return_a_route(returned, error):
 
     engine, _ = scripted_engine([GroupFlow], [call(("a", {}))])
     response = await engine.run("GroupFlow", "x")
-    assert not response.success and error in response.message
+    assert not response.success and error in response.detail
+    assert response.message == public_message(response.error_code)
     assert (await load(engine, response.session)).run_status == "aborted"
 
 
@@ -281,7 +283,8 @@ async def test_failing_handler_aborts_the_session_and_a_new_request_starts_over(
     failed = await engine.run("BoomFlow", "x")
     assert not failed.success and not failed.completed
     assert failed.error_code == "TURN_FAILED" and failed.status_code == 500
-    assert "backend exploded" in failed.message
+    assert failed.message == public_message("TURN_FAILED")
+    assert "backend exploded" in failed.detail
     doc = await load(engine, failed.session)
     assert doc.run_status == "aborted"
     assert doc.error[0].message == "backend exploded"
@@ -356,7 +359,8 @@ async def test_a_logic_step_that_does_not_move_is_an_error_not_a_loop():
 
     engine, _ = scripted_engine([StuckFlow], [])
     response = await engine.run("StuckFlow", "x")
-    assert not response.success and "must move the cursor" in response.message
+    assert not response.success and "must move the cursor" in response.detail
+    assert response.message == public_message(response.error_code)
 
 
 class Movie(BaseModel):
@@ -430,10 +434,16 @@ async def test_empty_responses_are_nudged_then_exhaust_the_attempts():
         def define_steps(self) -> list[Step]:
             return [PlainStep(self)]
 
-    engine, model = scripted_engine([PlainFlow], [text(""), text("   ")])
+    engine, model = scripted_engine([PlainFlow], [text(""), text("   "), text("finally")])
     response = await engine.run("PlainFlow", "q")
-    assert not response.success and response.message.startswith("LLM call failed. Reason:")
+    assert not response.success and response.detail.startswith("LLM call failed. Reason:")
+    assert (response.error_code, response.status_code) == ("MODEL_UNAVAILABLE", 502)
+    assert response.message == public_message("MODEL_UNAVAILABLE") and response.retry_after == 5
     assert model.calls[1][-1].content == "Follow system prompt and respond properly."
+    doc = await load(engine, response.session)
+    assert (doc.revision, doc.run_status) == (0, "running")  # nothing of the failed turn is kept
+    again = await engine.run("PlainFlow", "q", response.session)
+    assert again.success and again.message == "finally" and again.session == response.session
 
 
 async def test_model_errors_are_retried_within_the_budget():

@@ -22,6 +22,8 @@ LambdaHandler = Callable[[dict[str, Any], Any], Any]
 
 # API Gateway refuses request payloads above 10 MB before invoking the integration.
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
+# The template's function timeout, which the local server gives every invocation unless told otherwise.
+DEFAULT_FUNCTION_TIMEOUT_MS = 25_000
 _TOO_LARGE = b'{"message":"Request Entity Too Large"}'
 _INTERNAL_ERROR = b'{"message":"Internal Server Error"}'
 
@@ -80,7 +82,7 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         event = http_event(self.command, path, body=body, headers=headers, query=query, source_ip=client_ip)
         try:
             with self.server.invoke_lock:
-                result = self.server.lambda_handler(event, FakeLambdaContext())
+                result = self.server.lambda_handler(event, FakeLambdaContext(timeout_ms=_function_timeout_ms()))
             status, response_headers, payload = _translate_response(result)
         except Exception:
             # API Gateway answers an integration failure with a bare 500; the trace is for the developer.
@@ -148,6 +150,12 @@ def _translate_response(result: Any) -> tuple[int, dict[str, list[str]], bytes]:
     body = result.get("body") or ""
     payload = base64.b64decode(body) if result.get("isBase64Encoded") else str(body).encode("utf-8")
     return int(result["statusCode"]), headers, payload
+
+
+def _function_timeout_ms() -> int:
+    # The variable sam local and the Lambda runtime emulator set; the template's 25 s otherwise.
+    seconds = os.environ.get("AWS_LAMBDA_FUNCTION_TIMEOUT")
+    return int(float(seconds) * 1000) if seconds else DEFAULT_FUNCTION_TIMEOUT_MS
 
 
 def make_server(host: str, port: int, handler: LambdaHandler | None = None) -> LambdaHTTPServer:

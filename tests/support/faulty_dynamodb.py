@@ -8,7 +8,12 @@ next requests, one action per request:
 * ``"throughput"`` -> HTTP 400 ``ProvisionedThroughputExceededException``;
 * ``"drop"`` -> read the request, then close the connection without answering (the request never
   reaches the table);
-* ``"pass"`` -> forward to ``upstream`` (a real DynamoDB Local) and relay its answer.
+* ``"pass"`` -> forward to ``upstream`` (a real DynamoDB Local) and relay its answer;
+* ``"late"`` -> forward (the request lands), then wait ``late_seconds`` before relaying the answer, longer than
+  a client's read timeout;
+* ``"hold"`` -> never forward: set ``held`` and keep the connection open until ``release`` is set (a frozen
+  table), then close it without answering;
+* ``"land_hold"`` -> forward (the request lands), then behave like ``"hold"``: the writer never learns it landed.
 
 Requests beyond an operation's plan are forwarded when there is an upstream and throttled otherwise,
 so a server without upstream is a table that throttles forever.
@@ -44,6 +49,10 @@ class FaultyDynamoDB:
         self.upstream = upstream
         self.retry_after_ms = retry_after_ms
         self.plan: dict[str, list[str]] = {}
+        self.late_seconds = 7.0
+        #: Set when a request is being held; setting ``release`` lets held requests go (unanswered).
+        self.held = threading.Event()
+        self.release = threading.Event()
         self.requests: list[tuple[str, float]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -68,6 +77,7 @@ class FaultyDynamoDB:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -107,10 +117,23 @@ class FaultyDynamoDB:
                 headers["x-amz-retry-after"] = str(self.retry_after_ms)
             self._reply(request, 400, headers, json.dumps(payload).encode("utf-8"))
             return
-        if action != "pass" or not self.upstream:
+        if action == "hold":
+            self._hold(request)
+            return
+        if action not in ("pass", "late", "land_hold") or not self.upstream:
             raise ValueError(f"unknown fault action {action!r} (or no upstream to pass to)")
         status, headers, answer = self._forward(request, body)
+        if action == "land_hold":
+            self._hold(request)
+            return
+        if action == "late":
+            time.sleep(self.late_seconds)
         self._reply(request, status, headers, answer)
+
+    def _hold(self, request: BaseHTTPRequestHandler) -> None:
+        self.held.set()
+        self.release.wait(timeout=120)
+        request.close_connection = True
 
     def _forward(self, request: BaseHTTPRequestHandler, body: bytes) -> tuple[int, dict[str, str], bytes]:
         assert self.upstream is not None
