@@ -316,7 +316,7 @@ def end_session() -> Response[str]:
     if _echoable(session_id):
         logger.set_correlation_id(session_id)
     runtime = _get_runtime()
-    outcome = runtime.call(runtime.engine.delete_session(session_id))
+    outcome = runtime.call(runtime.engine.delete_session(session_id, deadline=_deadline()))
     session = _echoable(outcome.get("session"))
     if outcome.get("success"):
         metrics.add_metric(name="SessionsEnded", unit=MetricUnit.Count, value=1)

@@ -55,6 +55,8 @@ SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 FORCE_COMPACTION_RATIO = 0.8
 # Time allowed past the turn deadline (inside the handler's margin) to learn whether an unanswered save landed.
 READ_BACK_SECONDS = 1.0
+# Time kept for the save when optional work (memory compaction) runs near the deadline.
+SAVE_RESERVE_SECONDS = 1.0
 
 _UNTOUCHED_ERRORS = (
     SessionConflictError,
@@ -455,12 +457,15 @@ class FlowEngine:
             space = memory.namespace(name)
             try:
                 model = self.providers.chat_model(memory.summary_model)
-                result = await compact_history(
-                    space.messages,
-                    previous_summary=space.summary,
-                    model=model,
-                    config=memory.summary_config,
-                    force=force,
+                result = await _within_turn(
+                    compact_history(
+                        space.messages,
+                        previous_summary=space.summary,
+                        model=model,
+                        config=memory.summary_config,
+                        force=force,
+                    ),
+                    reserve=SAVE_RESERVE_SECONDS,
                 )
             except Exception as exc:  # noqa: BLE001 - compaction must never fail the turn
                 flow.logger.warn(f"Memory compaction skipped: {type(exc).__name__}: {exc}", namespace=name)
@@ -496,24 +501,32 @@ class FlowEngine:
 
     # -- deletion and shutdown ------------------------------------------------------------------
 
-    async def delete_session(self, session_id: str | None) -> dict[str, Any]:
-        """Permanently remove a session document; a missing one is a success."""
+    async def delete_session(self, session_id: str | None, *, deadline: float | None = None) -> dict[str, Any]:
+        """Permanently remove a session document; a missing one is a success. Never raises."""
         if not session_id:
             return {"success": True, "session": ""}
+        token = _turn_deadline.set(deadline)
+        try:
+            return await self._delete(session_id)
+        finally:
+            _turn_deadline.reset(token)
+
+    async def _delete(self, session_id: str) -> dict[str, Any]:
         try:
             if not SESSION_ID_PATTERN.fullmatch(session_id):
                 raise BadRequestError("The session id must be 1-128 letters, digits, '_' or '-'.")
             async with self._session_lock(session_id):
                 try:
-                    doc = await self.session_store.load(session_id)
+                    doc = await _before_deadline(self.session_store.load(session_id))
                 except SessionFlowInvariantError:
                     # A corrupted document cannot be read, but ending it is exactly what its owner wants.
-                    await self.session_store.delete(session_id)
+                    await _before_deadline(self.session_store.delete(session_id))
                     return {"success": True, "session": session_id}
                 if doc is not None:
-                    await self.session_store.delete(session_id, doc.revision)
+                    await _before_deadline(self.session_store.delete(session_id, doc.revision))
         except Exception as exc:  # noqa: BLE001 - deletion reports failures instead of raising
             failure = exc if isinstance(exc, PicoFlowError) else PicoFlowError(str(exc))
+            _log.warning("Session delete failed", extra={"code": failure.code, "errorType": type(exc).__name__})
             return {"success": False, "message": _public_message(failure), "session": session_id,
                     "code": failure.code}
         return {"success": True, "session": session_id}
@@ -584,6 +597,14 @@ def _defect(exc: BaseException, code: str, kind: type[PicoFlowError] = PicoFlowE
     error.code = code
     error.__cause__ = exc
     return error
+
+
+async def _within_turn(call: Awaitable[T], *, reserve: float) -> T:
+    """Await optional work (a summary), giving up ``reserve`` seconds before the deadline to leave time for the save."""
+    deadline = _turn_deadline.get()
+    if deadline is None:
+        return await call
+    return await asyncio.wait_for(call, max(deadline - reserve - time.monotonic(), 0.01))
 
 
 async def _before_deadline(call: Awaitable[T]) -> T:

@@ -36,6 +36,7 @@ from picoflow import (
     tool,
 )
 from picoflow.decision import ChatDecisionProvider, read_conversation
+from picoflow.errors import public_message
 from picoflow.messages import AiMessageEx
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
@@ -231,8 +232,8 @@ async def test_plain_text_from_on_decision_is_an_error_pointing_at_direct_to():
 
     response = await engine.run("TextReplyFlow", "Hello")
 
-    assert not response.success
-    assert "direct_to(Step, text)" in response.message and "finish(text)" in response.message
+    assert not response.success and response.message == public_message(response.error_code)
+    assert "direct_to(Step, text)" in response.detail and "finish(text)" in response.detail
     assert (await stored(engine, response.session))["runStatus"] == "aborted"
 
 
@@ -398,8 +399,8 @@ async def test_reserved_or_non_json_facts_fail_loudly_outside_the_fallback_chain
 
     response = await engine.run("FactsFlow", "Hello")
 
-    assert not response.success
-    assert problem in response.message
+    assert not response.success and response.message == public_message(response.error_code)
+    assert problem in response.detail
     assert decisions.requests == [] and SupportFlow.flow_errors == [] and IntakeStep.seen == []
 
 
@@ -543,8 +544,8 @@ async def test_the_failure_propagates_and_aborts_the_session_when_no_hook_recove
     response = await engine.run("SupportFlow", "Hello")
 
     assert not response.success
-    assert response.error_code == "TURN_FAILED"
-    assert "decision service down" in response.message
+    assert response.error_code == "TURN_FAILED" and response.message == public_message("TURN_FAILED")
+    assert "decision service down" in response.detail
     assert len(decisions.requests) == 2  # the default max_retries is one additional attempt
     doc = await stored(engine, response.session)
     assert doc["runStatus"] == "aborted"
@@ -718,7 +719,10 @@ async def test_a_refused_step_fails_the_turn_before_any_session_is_written():
 
     engine, _ = decision_engine([Refused], ScriptedDecisionProvider([]))
     response = await engine.run("Refused", "Hello")
-    assert not response.success and "struct_output_schema" in response.message
+    assert not response.success and response.error_code == "FLOW_SETUP_FAILED"
+    assert response.message == public_message("FLOW_SETUP_FAILED")
+    assert "struct_output_schema" in response.detail
+    assert response.session == "" and engine.session_store._rows == {}
 
 
 @pytest.mark.parametrize("questions", [{}, {"q": {"type": "choice"}}, {" ": BLOCKED}, "route"])

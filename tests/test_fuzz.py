@@ -30,7 +30,7 @@ IDEMPOTENCY_TABLE = "idempotency-fuzz"
 FLOWS = ("EchoFlow", "JsonFlow")
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 SUCCESS_KEYS = {"success", "completed", "message", "session", "contentType"}
-FAILURE_KEYS = {"success", "completed", "message", "session", "code"}
+FAILURE_KEYS = {"success", "completed", "message", "session", "code", "requestId"}
 # Refusals the handler makes before any table is touched.
 HANDLER_REFUSALS = {"BAD_REQUEST", "MESSAGE_TOO_LARGE"}
 FUZZ = settings(
@@ -196,6 +196,8 @@ class Harness:
     pool: list[str] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
     codes: Counter[str] = field(default_factory=Counter)
+    #: The Lambda request id of the last request, which a failure envelope carries as ``requestId``.
+    last_request_id: str = ""
 
     def count(self, table: str) -> int:
         return self.table.client.scan(TableName=table, Select="COUNT", ConsistentRead=True)["Count"]
@@ -204,7 +206,9 @@ class Harness:
         if isinstance(body, bytes):
             header_pairs = [*header_pairs, ("content-type", "application/octet-stream")]
         event = http_event(method, path, body=body, headers=header_pairs)
-        result = api.lambda_handler(event, FakeLambdaContext())
+        context = FakeLambdaContext()
+        self.last_request_id = context.aws_request_id
+        result = api.lambda_handler(event, context)
         self.statuses[result["statusCode"]] += 1
         response_headers = {k.lower(): v for k, v in result.get("headers", {}).items()}
         raw = result.get("body") or ""
@@ -239,6 +243,8 @@ class Harness:
         else:
             assert set(payload) == (SUCCESS_KEYS if status == 200 else FAILURE_KEYS)
             assert payload["success"] is (status == 200)
+            if status != 200:
+                assert payload["requestId"] == self.last_request_id
             assert payload["session"] == "" or SESSION_ID.fullmatch(payload["session"])
         if status >= 400:
             assert self.count(self.table.name) == sessions_before, f"{status} {raw[:200]}"

@@ -22,11 +22,15 @@ SCRIPT = [{"content": f"reply {n}", "usage": {"input_tokens": 10, "output_tokens
 class Api:
     def __init__(self, table) -> None:
         self.table = table
+        #: The Lambda request id of the last call, which failure envelopes carry as ``requestId``.
+        self.last_request_id = ""
 
     def call(self, method: str, path: str, body: Any = None, headers: dict | None = None, *, event: dict | None = None,
              timeout_ms: int = 25_000) -> tuple[int, dict, Any]:
         event = event or http_event(method, path, body=body, headers=headers)
-        result = api.lambda_handler(event, FakeLambdaContext(timeout_ms=timeout_ms))
+        context = FakeLambdaContext(timeout_ms=timeout_ms)
+        self.last_request_id = context.aws_request_id
+        result = api.lambda_handler(event, context)
         response_headers = {k.lower(): v for k, v in result.get("headers", {}).items()}
         raw = result.get("body") or ""
         parsed = json.loads(raw) if response_headers.get("content-type") == "application/json" else raw
@@ -115,7 +119,8 @@ def test_bad_requests_are_400_and_write_nothing(client, raw_body):
     assert body["success"] is False and body["completed"] is False
     assert body["code"] in {"BAD_REQUEST", "FLOW_NOT_FOUND"}
     assert body["message"]
-    assert set(body) == {"success", "completed", "message", "session", "code"}
+    assert set(body) == {"success", "completed", "message", "session", "code", "requestId"}
+    assert body["requestId"] == client.last_request_id
     assert client.items() == []
 
 
@@ -195,7 +200,8 @@ def test_unexpected_error_is_a_500_envelope_without_trace(client, monkeypatch):
     status, _, body = client.run("hi")
     assert status == 500
     assert body == {"success": False, "completed": False, "message": "Internal error.", "session": "",
-                    "code": "INTERNAL_ERROR"}
+                    "code": "INTERNAL_ERROR", "requestId": client.last_request_id}
+    assert "internal detail" not in json.dumps(body)
 
 
 def test_non_plain_content_type_returns_the_raw_message(client, tmp_path, monkeypatch):

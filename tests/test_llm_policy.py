@@ -26,6 +26,7 @@ from picoflow import (
     tool,
 )
 from picoflow import runner as runner_module
+from picoflow.errors import public_message
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.models.scripted import ScriptedModelError
 from picoflow.recovery import resolve_call_policy
@@ -154,7 +155,9 @@ async def test_the_flow_timeout_bounds_every_attempt():
     started = time.monotonic()
     response, model, _ = await turn(make_flow(policy={"timeout_ms": 40}), [LATE, LATE, LATE])
     assert not response.success
-    assert response.message == "LLM call failed. Reason:timeout. Error:the model call exceeded 40 ms"
+    assert (response.error_code, response.status_code) == ("MODEL_TIMEOUT", 504)
+    assert response.message == public_message("MODEL_TIMEOUT")
+    assert response.detail == "LLM call failed. Reason:timeout. Error:the model call exceeded 40 ms"
     assert len(model.calls) == 3
     assert time.monotonic() - started < 0.3 * 3
     context = events("flow.error")[0]
@@ -189,7 +192,9 @@ async def test_the_turn_deadline_bounds_the_attempt_timeout(monkeypatch):
 async def test_without_hooks_every_configured_attempt_is_used_then_the_error_propagates():
     response, model, _ = await turn(make_flow(), [BOOM, BOOM, BOOM])
     assert not response.success
-    assert response.message == "LLM call failed. Reason:error. Error:ScriptedModelError: boom"
+    assert (response.error_code, response.status_code) == ("MODEL_UNAVAILABLE", 502)
+    assert response.message == public_message("MODEL_UNAVAILABLE")
+    assert response.detail == "LLM call failed. Reason:error. Error:ScriptedModelError: boom"
     assert len(model.calls) == 3
     # Asked after each failed attempt that still had a successor, step first, then flow.
     assert [name for name, _ in EVENTS] == [
@@ -289,8 +294,8 @@ async def test_the_fallback_gets_one_attempt_and_a_second_fallback_is_refused():
     assert [s.name for s in model.selections] == ["primary"] * 3 + ["backup"]
 
     response, _, _ = await turn(make_flow({"error": lambda c: retry_with_model(FALLBACK)}), [BOOM] * 4)
-    assert not response.success
-    assert response.message == "Step 'AskStep' asked for a second fallback model in one recovery sequence."
+    assert not response.success and response.message == public_message(response.error_code)
+    assert response.detail == "Step 'AskStep' asked for a second fallback model in one recovery sequence."
 
 
 def test_a_fallback_selection_may_not_carry_its_own_attempt_budget():
@@ -329,7 +334,8 @@ async def test_the_flow_handles_a_block_the_step_declines_and_an_unhandled_block
 
     response, _, _ = await turn(make_flow(), [BLOCKED])
     assert (response.success, response.error_code, response.status_code) == (False, "LLM_BLOCKED", 422)
-    assert response.message == "The model provider blocked the candidate of step 'AskStep' (content_filter)."
+    assert response.message == public_message("LLM_BLOCKED")
+    assert response.detail == "The model provider blocked the candidate of step 'AskStep' (content_filter)."
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import asyncio
 from pydantic import BaseModel
 
 from picoflow import Flow, ModelSelection, Step, ToolSpec, go, stay, tool
+from picoflow.errors import public_message
 from tests.support.engine import call, scripted_engine, text
 
 GOTO_REFUSAL = (
@@ -236,8 +237,8 @@ class ShallowFlow(DeepFlow):
 async def test_nesting_deeper_than_the_configured_limit_fails_the_turn():
     engine, _ = scripted_engine([ShallowFlow], [call(("delegate", {})), text("one")])
     response = await engine.run("ShallowFlow", "go")
-    assert not response.success
-    assert response.message == "Nested execution in flow 'ShallowFlow' is limited to a depth of 1."
+    assert not response.success and response.message == public_message(response.error_code)
+    assert response.detail == "Nested execution in flow 'ShallowFlow' is limited to a depth of 1."
 
 
 class Left(Step):

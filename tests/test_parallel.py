@@ -32,6 +32,7 @@ from picoflow import (
     direct_result,
     tool,
 )
+from picoflow.errors import public_message
 from tests.support.engine import call, scripted_engine, text
 
 Scenario = Callable[[Step], Awaitable[Any]]
@@ -613,8 +614,8 @@ async def test_direct_result_outside_a_worker_is_refused():
 
     engine, _ = scripted_engine([InventoryFlow], [call(("report", {}))])
     response = await engine.run("InventoryFlow", "check")
-    assert not response.success
-    assert response.message == "direct_result() can only be returned by a tool handler of a run_steps() worker."
+    assert not response.success and response.message == public_message(response.error_code)
+    assert response.detail == "direct_result() can only be returned by a tool handler of a run_steps() worker."
 
 
 async def test_max_concurrency_bounds_the_running_workers():

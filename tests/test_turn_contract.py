@@ -1,0 +1,312 @@
+"""The failure policy of a turn: what keeps the session, what aborts it, and what a client may read.
+
+Transient failures (the model, the store, the deadline) leave the stored document exactly as it was and
+answer a retryable code; only a defect in flow code aborts the session, unless the flow keeps it. No
+response ever carries exception text: every failure is a fixed sentence per code plus a request id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import handlers.api as api
+from picoflow import FlowEngine, MemorySessionStore, SessionStoreError
+from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.errors import PUBLIC_MESSAGES, public_message
+from picoflow.runner import _Failure
+from tests.support import faulty_flows
+from tests.support.engine import call, scripted_engine, text
+from tests.support.faulty_flows import MARKER, FaultyFlow, KeepingFlow
+
+pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+
+
+@pytest.fixture(autouse=True)
+def nothing_fails() -> Iterator[None]:
+    FaultyFlow.failing = set()
+    yield
+    FaultyFlow.failing = set()
+
+
+def model_error(text_: str = "upstream 500") -> dict[str, Any]:
+    return {"error": f"{MARKER} {text_}"}
+
+
+async def stored(engine: FlowEngine, session: str) -> tuple[int, str, dict[str, Any]]:
+    doc = await engine.session_store.load(session)
+    assert doc is not None
+    return doc.revision, doc.run_status, doc.to_json_dict()
+
+
+# -- transient failures keep the session ---------------------------------------------------------
+
+
+async def test_a_model_that_fails_every_attempt_keeps_the_session_and_the_retry_continues_it():
+    engine, model = scripted_engine([FaultyFlow], [text("hello"), *[model_error()] * 3, text("welcome back")])
+    first = await engine.run("FaultyFlow", "hi")
+    before = await stored(engine, first.session)
+
+    failed = await engine.run("FaultyFlow", "book a room", session_id=first.session)
+    assert (failed.success, failed.status_code, failed.error_code) == (False, 502, "MODEL_UNAVAILABLE")
+    assert failed.session == first.session and failed.retry_after and failed.retry_after > 0
+    assert failed.message == public_message("MODEL_UNAVAILABLE") and MARKER not in failed.message
+    assert MARKER in (failed.detail or "")
+    assert await stored(engine, first.session) == before  # no revision, not aborted, byte for byte
+
+    again = await engine.run("FaultyFlow", "book a room", session_id=first.session)
+    assert (again.success, again.message, again.session) == (True, "welcome back", first.session)
+    revision, status, doc = await stored(engine, first.session)
+    assert (revision, status) == (2, "running")
+    contents = [m["content"] for m in doc["flow"]["memory"]["chat"]["messages"]]
+    assert contents.count("hi") == contents.count("book a room") == 1 and "hello" in contents
+    assert len(model.calls) == 5
+
+
+async def test_a_model_timeout_is_504_and_keeps_the_session():
+    class Impatient(FaultyFlow):
+        def config_llm_call_policy(self) -> dict[str, Any]:
+            return {"timeout_ms": 50}
+
+    slow = {"content": "too late", "delay": 1.0}
+    engine, _ = scripted_engine([Impatient], [text("hello"), slow, slow, slow])
+    first = await engine.run("Impatient", "hi")
+    before = await stored(engine, first.session)
+    failed = await engine.run("Impatient", "again", session_id=first.session)
+    assert (failed.status_code, failed.error_code) == (504, "MODEL_TIMEOUT")
+    assert await stored(engine, first.session) == before
+
+
+def test_a_throttled_model_is_503_and_other_failures_502():
+    class RateLimited(Exception):
+        status_code = 429
+
+    throttled = _Failure("invocation_error", "error", "429", 3, RateLimited()).as_error()
+    failing = _Failure("invocation_error", "error", "500", 3, RuntimeError()).as_error()
+    assert (throttled.code, throttled.status_code) == ("MODEL_THROTTLED", 503)
+    assert (failing.code, failing.status_code) == ("MODEL_UNAVAILABLE", 502)
+
+
+async def test_a_failed_first_turn_leaves_a_session_whose_retry_runs_as_the_first_turn():
+    FaultyFlow.failing = set()
+    engine, _ = scripted_engine([FaultyFlow], [*[model_error()] * 3, text("hello")])
+    failed = await engine.run("FaultyFlow", "hi")
+    assert failed.error_code == "MODEL_UNAVAILABLE" and failed.session
+    assert (await stored(engine, failed.session))[0] == 0
+
+    retried = await engine.run("FaultyFlow", "hi", session_id=failed.session)
+    assert (retried.success, retried.session, retried.message) == (True, failed.session, "hello")
+    revision, _, doc = await stored(engine, failed.session)
+    contents = [m["content"] for m in doc["flow"]["memory"]["chat"]["messages"] if m["type"] == "human"]
+    assert revision == 1 and contents.count("hi") == 1
+
+
+async def test_a_store_outage_on_save_keeps_the_stored_session(monkeypatch):
+    engine, _ = scripted_engine([FaultyFlow], [text("hello"), text("lost")])
+    first = await engine.run("FaultyFlow", "hi")
+    before = await stored(engine, first.session)
+
+    async def down(doc, expected_revision):
+        raise SessionStoreError("save", doc.id, f"{MARKER} https://dynamodb.internal/sessions", status_code=503)
+
+    monkeypatch.setattr(engine.session_store, "save", down)
+    failed = await engine.run("FaultyFlow", "again", session_id=first.session)
+    assert (failed.status_code, failed.error_code, failed.retry_after) == (503, "SESSION_STORE_ERROR", 2)
+    assert MARKER not in failed.message
+    monkeypatch.undo()
+    assert await stored(engine, first.session) == before
+
+
+# -- defects in flow code ------------------------------------------------------------------------
+
+
+async def test_a_raising_tool_handler_aborts_the_session_and_records_why():
+    FaultyFlow.failing = {"tool"}
+    engine, _ = scripted_engine([FaultyFlow], [text("hello"), call(("explode", {})), text("new")])
+    first = await engine.run("FaultyFlow", "hi")
+    failed = await engine.run("FaultyFlow", "explode", session_id=first.session)
+    assert (failed.status_code, failed.error_code) == (500, "TURN_FAILED")
+    assert failed.message == public_message("TURN_FAILED") and failed.retry_after is None
+    revision, status, doc = await stored(engine, first.session)
+    assert (revision, status) == (2, "aborted")
+    (entry,) = doc["error"]
+    assert MARKER in entry["message"] and entry["requestId"] == failed.request_id
+
+    # An aborted session is over: the same id starts a new conversation (documented).
+    FaultyFlow.failing = set()
+    fresh = await engine.run("FaultyFlow", "hi again", session_id=first.session)
+    assert fresh.success and fresh.session != first.session
+
+
+async def test_a_flow_can_keep_its_session_when_its_code_raises():
+    FaultyFlow.failing = {"tool"}
+    engine, _ = scripted_engine([KeepingFlow], [text("hello"), call(("explode", {})), text("still here")])
+    first = await engine.run("KeepingFlow", "hi")
+    before = await stored(engine, first.session)
+    failed = await engine.run("KeepingFlow", "explode", session_id=first.session)
+    assert (failed.status_code, failed.error_code) == (500, "TURN_FAILED")
+    assert await stored(engine, first.session) == before
+
+    FaultyFlow.failing = set()
+    again = await engine.run("KeepingFlow", "hello?", session_id=first.session)
+    assert (again.success, again.session, again.message) == (True, first.session, "still here")
+
+
+async def test_an_aborted_session_that_cannot_be_saved_still_answers_the_fixed_sentence(monkeypatch):
+    FaultyFlow.failing = {"tool"}
+    engine, _ = scripted_engine([FaultyFlow], [text("hello"), call(("explode", {}))])
+    first = await engine.run("FaultyFlow", "hi")
+
+    async def down(doc, expected_revision):
+        raise SessionStoreError("save", doc.id, f"{MARKER} http://10.0.0.7:8000 table sessions-prod")
+
+    monkeypatch.setattr(engine.session_store, "save", down)
+    failed = await engine.run("FaultyFlow", "explode", session_id=first.session)
+    assert (failed.error_code, failed.message) == ("TURN_FAILED", public_message("TURN_FAILED"))
+
+
+@pytest.mark.parametrize("hook", ["ctor", "init", "steps", "model"])
+async def test_setup_errors_are_answered_never_raised_and_create_nothing(hook):
+    FaultyFlow.failing = {hook}
+    store = MemorySessionStore()
+    engine, model = scripted_engine([FaultyFlow], [text("never")], store=store)
+    failed = await engine.run("FaultyFlow", "hi")
+    assert (failed.success, failed.status_code, failed.error_code) == (False, 500, "FLOW_SETUP_FAILED")
+    assert failed.message == public_message("FLOW_SETUP_FAILED") and failed.session == ""
+    assert MARKER in (failed.detail or "") and model.calls == [] and store._rows == {}
+
+
+async def test_a_raising_restore_hook_leaves_the_session_for_the_fixed_flow_to_resume():
+    engine, _ = scripted_engine([FaultyFlow], [text("hello"), text("resumed")])
+    first = await engine.run("FaultyFlow", "hi")
+    before = await stored(engine, first.session)
+
+    FaultyFlow.failing = {"restore"}
+    for _ in range(2):
+        failed = await engine.run("FaultyFlow", "again", session_id=first.session)
+        assert (failed.status_code, failed.error_code, failed.session) == (500, "RESTORE_FAILED", first.session)
+        assert await stored(engine, first.session) == before
+
+    FaultyFlow.failing = set()
+    resumed = await engine.run("FaultyFlow", "again", session_id=first.session)
+    assert (resumed.success, resumed.session, resumed.message) == (True, first.session, "resumed")
+
+
+async def test_a_raising_on_start_aborts_like_any_step_defect():
+    FaultyFlow.failing = {"start"}
+    engine, model = scripted_engine([FaultyFlow], [text("never")])
+    failed = await engine.run("FaultyFlow", "hi")
+    assert failed.error_code == "TURN_FAILED" and model.calls == []
+    assert (await stored(engine, failed.session))[1] == "aborted"
+
+
+def test_every_code_has_one_fixed_sentence():
+    assert all(sentence.endswith(".") and "{" not in sentence for sentence in PUBLIC_MESSAGES.values())
+    assert public_message("SOMETHING_NEW") == "The turn failed."
+
+
+# -- nothing internal reaches a client over HTTP --------------------------------------------------
+
+
+class Http:
+    def __init__(self, table, tmp_path, monkeypatch) -> None:
+        self.table, self.tmp_path, self.monkeypatch = table, tmp_path, monkeypatch
+
+    def script(self, *replies: dict[str, Any]) -> None:
+        path = self.tmp_path / "script.json"
+        path.write_text(json.dumps(list(replies)))
+        self.monkeypatch.setenv("PICOFLOW_SCRIPT", str(path))
+        self.monkeypatch.setattr(api, "_runtime", None)
+
+    def post(self, path: str, body: dict[str, Any] | None = None, session: str | None = None,
+             key: str | None = None) -> tuple[int, dict[str, str], str]:
+        headers = {"CHAT_SESSION_ID": session} if session else {}
+        if key:
+            headers["Idempotency-Key"] = key
+        event = http_event("POST", path, body=body, headers=headers)
+        result = api.lambda_handler(event, FakeLambdaContext())
+        return result["statusCode"], result.get("headers", {}), result.get("body") or ""
+
+    def run(self, message: str, session: str | None = None, flow: str = "FaultyFlow",
+            key: str | None = None) -> tuple[int, dict[str, str], str]:
+        return self.post("/ai/run", {"flowName": flow, "message": message}, session, key)
+
+
+@pytest.fixture
+def http(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Http]:
+    monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
+    monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
+    monkeypatch.setenv("PICOFLOW_FLOWS", faulty_flows.__name__)
+    for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL", "PICOFLOW_SCRIPT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(api, "_runtime", None)
+    yield Http(moto_dynamodb, tmp_path, monkeypatch)
+    if api._runtime is not None:
+        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+
+
+def assert_clean(status: int, headers: dict[str, str], body: str, code: str, caplog) -> None:
+    assert MARKER not in body and all(MARKER not in value for value in headers.values())
+    for leak in ("hunter2", "/srv/app", "Traceback", "10.0.0.7", "sessions-prod", "dynamodb.internal"):
+        assert leak not in body
+    envelope = json.loads(body)
+    assert (envelope["code"], envelope["success"]) == (code, False), (status, envelope)
+    assert envelope["message"] == public_message(code)
+    # The same id is on the log record that holds the details, so an operator can find them.
+    logged = [record for record in caplog.records if getattr(record, "requestId", None) == envelope["requestId"]]
+    assert logged and all(MARKER not in record.getMessage() for record in logged)
+
+
+def test_no_failure_path_leaks_exception_text_to_the_client(http, monkeypatch, caplog):
+    http.script(text("hello"), text("lost"), text("unknown"), call(("explode", {})), *[model_error()] * 3)
+    status, headers, body = http.run("hi")
+    session = json.loads(body)["session"]
+
+    for hook, code in (("init", "FLOW_SETUP_FAILED"), ("ctor", "FLOW_SETUP_FAILED"), ("restore", "RESTORE_FAILED")):
+        FaultyFlow.failing = {hook}
+        status, headers, body = http.run("hi", session=session)
+        assert status == 500
+        assert_clean(status, headers, body, code, caplog)
+    FaultyFlow.failing = set()
+
+    store = api.get_engine().session_store
+    save = store.save
+
+    async def down(doc, expected_revision):
+        raise SessionStoreError("save", doc.id, f"{MARKER} https://dynamodb.internal/ sessions-prod", status_code=503)
+
+    async def no_answer(doc, expected_revision):
+        raise SessionStoreError(
+            "save", doc.id, f"{MARKER} ReadTimeout on https://dynamodb.internal/", status_code=503, ambiguous=True
+        )
+
+    monkeypatch.setattr(store, "save", down)
+    status, headers, body = http.run("hi", session=session)
+    assert status == 503
+    assert_clean(status, headers, body, "SESSION_STORE_ERROR", caplog)
+
+    monkeypatch.setattr(store, "save", no_answer)
+    status, headers, body = http.run("hi", session=session, key="leak-test-key-1")
+    assert status == 503
+    assert_clean(status, headers, body, "SESSION_OUTCOME_UNKNOWN", caplog)
+    monkeypatch.setattr(store, "save", save)
+
+    FaultyFlow.failing = {"tool"}
+    status, headers, body = http.run("explode", session=session)
+    assert status == 500
+    assert_clean(status, headers, body, "TURN_FAILED", caplog)
+    FaultyFlow.failing = set()
+
+    status, headers, body = http.run("hi")  # the model fails every attempt
+    assert status == 502 and int(headers["Retry-After"]) > 0
+    assert_clean(status, headers, body, "MODEL_UNAVAILABLE", caplog)
+
+    async def delete_down(session_id, expected_revision=None):
+        raise SessionStoreError("delete", session_id, f"{MARKER} https://dynamodb.internal/ sessions-prod")
+
+    monkeypatch.setattr(store, "delete", delete_down)
+    status, headers, body = http.post("/ai/end", session=json.loads(body)["session"])
+    assert status == 400 and MARKER not in body and "dynamodb.internal" not in body
