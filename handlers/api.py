@@ -17,6 +17,7 @@ different body is refused with 422 ``IDEMPOTENCY_KEY_MISMATCH``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import importlib.util
 import json
@@ -38,6 +39,7 @@ from botocore.config import Config
 
 from picoflow import Flow, FlowEngine, RunResponse
 from picoflow.engine import SESSION_ID_PATTERN
+from picoflow.errors import RETRY_AFTER_SECONDS, public_message
 from picoflow.models.registry import default_registry
 from picoflow.session.store import store_from_env
 
@@ -55,6 +57,8 @@ DEFAULT_FLOW_MODULES = "flows"
 DEFAULT_MAX_MESSAGE_CHARS = 100_000
 # Time kept back from the Lambda deadline for the final save and the response.
 DEADLINE_MARGIN_SECONDS = 2.0
+# The handler stops waiting for the engine this long before Lambda would end the invocation.
+HARD_LIMIT_MARGIN_SECONDS = 0.5
 # The key is read once per container, before any turn: bounded so a stalled SSM cannot eat the first turn.
 SSM_CLIENT_CONFIG = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2})
 _CONFLICT_CODES = frozenset({"SESSION_CONFLICT", "SESSION_FLOW_MISMATCH", "SESSION_FLOW_INVARIANT"})
@@ -97,8 +101,14 @@ class _Runtime:
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="picoflow-engine-loop", daemon=True).start()
 
-    def call(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+    def call(self, coroutine: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+        """Run ``coroutine`` on the engine's loop; ``TimeoutError`` (and the task cancelled) after ``timeout``."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError from None
 
 
 _runtime: _Runtime | None = None
@@ -316,7 +326,12 @@ def end_session() -> Response[str]:
     if _echoable(session_id):
         logger.set_correlation_id(session_id)
     runtime = _get_runtime()
-    outcome = runtime.call(runtime.engine.delete_session(session_id, deadline=_deadline()))
+    try:
+        outcome = runtime.call(runtime.engine.delete_session(session_id, deadline=_deadline()), timeout=_hard_limit())
+    except TimeoutError:
+        code = "SESSION_STORE_ERROR"
+        retry = {"Retry-After": str(RETRY_AFTER_SECONDS[code])}
+        return _failure(503, public_message(code), code, headers=retry)
     session = _echoable(outcome.get("session"))
     if outcome.get("success"):
         metrics.add_metric(name="SessionsEnded", unit=MetricUnit.Count, value=1)
@@ -372,18 +387,26 @@ def internal_error(error: Exception) -> Response:
 def _run(runtime: _Runtime, turn: dict[str, Any], session_id: str | None, key: str | None) -> Response:
     flow_name = turn["flowName"]
     started = time.perf_counter()
-    result: RunResponse = runtime.call(
-        runtime.engine.run(
-            flow_name=flow_name,
-            user_message=turn["message"],
-            session_id=session_id,
-            config=turn["config"],
-            deadline=_deadline(),
-            idempotency_key=key,
-            caller=_caller(),
-            request_id=_request_id(),
+    request_id = _request_id() or ""
+    try:
+        result: RunResponse = runtime.call(
+            runtime.engine.run(
+                flow_name=flow_name,
+                user_message=turn["message"],
+                session_id=session_id,
+                config=turn["config"],
+                deadline=_deadline(),
+                idempotency_key=key,
+                caller=_caller(),
+                request_id=request_id,
+            ),
+            timeout=_hard_limit(),
         )
-    )
+    except TimeoutError:
+        # The engine overran its own deadline (flow code that never returns): answer before Lambda cuts the
+        # connection. A save may still be under way, so the outcome is unknown rather than "not applied".
+        logger.error("Turn overran the deadline", extra={"requestId": request_id})
+        result = _overran(request_id, session_id)
     latency_ms = (time.perf_counter() - started) * 1000
     _record_turn(flow_name, flow_name in runtime.engine.get_flow_names(), result, latency_ms)
 
@@ -480,6 +503,21 @@ def _idempotency_key() -> str | None:
     if not _IDEMPOTENCY_KEY_PATTERN.fullmatch(value):
         raise RequestError(f"{IDEMPOTENCY_HEADER} must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} printable ASCII characters.")
     return value
+
+
+def _hard_limit() -> float | None:
+    context = app.lambda_context
+    if context is None:
+        return None
+    return max(context.get_remaining_time_in_millis() / 1000 - HARD_LIMIT_MARGIN_SECONDS, 0.1)
+
+
+def _overran(request_id: str, session_id: str | None) -> RunResponse:
+    code = "SESSION_OUTCOME_UNKNOWN"
+    return RunResponse(
+        success=False, completed=False, message=public_message(code), session=session_id or "", error_code=code,
+        status_code=503, request_id=request_id, retry_after=RETRY_AFTER_SECONDS[code],
+    )
 
 
 def _deadline() -> float | None:

@@ -289,7 +289,7 @@ class FlowEngine:
                 await flow.get_current_step().on_restore()
             if flow.is_batch():
                 await self._save_session(flow)
-            message = await run_turn(flow, turn.message)
+            message = await _bounded_turn(run_turn(flow, turn.message))
             current = flow.get_current_step()
             response = RunResponse(
                 success=True,
@@ -597,6 +597,17 @@ def _defect(exc: BaseException, code: str, kind: type[PicoFlowError] = PicoFlowE
     error.code = code
     error.__cause__ = exc
     return error
+
+
+async def _bounded_turn(call: Awaitable[T]) -> T:
+    """Run the turn's steps, cut off at the deadline (flow code that never returns must not outlast it)."""
+    try:
+        return await _within_turn(call, reserve=0)
+    except TimeoutError as exc:
+        deadline = _turn_deadline.get()
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TurnDeadlineError("The turn's steps did not finish before the deadline.") from exc
+        raise
 
 
 async def _within_turn(call: Awaitable[T], *, reserve: float) -> T:

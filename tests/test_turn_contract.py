@@ -8,6 +8,7 @@ response ever carries exception text: every failure is a fixed sentence per code
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -310,3 +311,21 @@ def test_no_failure_path_leaks_exception_text_to_the_client(http, monkeypatch, c
     monkeypatch.setattr(store, "delete", delete_down)
     status, headers, body = http.post("/ai/end", session=json.loads(body)["session"])
     assert status == 400 and MARKER not in body and "dynamodb.internal" not in body
+
+
+def test_flow_code_that_never_returns_is_cut_off_before_the_lambda_deadline(http):
+    http.script(text("hello"), call(("explode", {})))
+    _, _, body = http.run("hi")
+    session = json.loads(body)["session"]
+    item_before = http.table.client.get_item(TableName=http.table.name, Key={"id": {"S": session}})["Item"]
+
+    FaultyFlow.failing = {"hang"}
+    event = http_event("POST", "/ai/run", body={"flowName": "FaultyFlow", "message": "explode"},
+                       headers={"CHAT_SESSION_ID": session})
+    started = time.monotonic()
+    result = api.lambda_handler(event, FakeLambdaContext(timeout_ms=4_000))
+    elapsed = time.monotonic() - started
+    envelope = json.loads(result["body"])
+    assert (result["statusCode"], envelope["code"]) == (504, "TURN_DEADLINE")
+    assert 1.5 < elapsed < 4.0  # the handler keeps 2 s back for the answer
+    assert http.table.client.get_item(TableName=http.table.name, Key={"id": {"S": session}})["Item"] == item_before

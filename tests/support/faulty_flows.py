@@ -1,12 +1,13 @@
 """A flow whose every hook can be told to raise, for the failure-policy and leak tests.
 
 ``FaultyFlow.failing`` names the hooks that raise on the next requests (``ctor``, ``init``, ``steps``,
-``model``, ``restore``, ``start``, ``tool``); each raises an exception whose text holds ``MARKER``, so a
-test can prove that no such text reaches a client.
+``model``, ``restore``, ``start``, ``tool``; ``hang`` makes the tool never return). Each raises an exception
+whose text holds ``MARKER``, so a test can prove that no such text reaches a client.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -39,6 +40,8 @@ class FaultyStep(Step):
 
     @tool
     async def explode(self, args: dict) -> object:
+        if "hang" in FaultyFlow.failing:
+            await asyncio.sleep(3600)
         _fail("tool")
         return stay("Nothing happened.")
 
