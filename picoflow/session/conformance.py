@@ -22,6 +22,7 @@ from typing import Any
 
 from picoflow.errors import SessionConflictError, SessionFlowInvariantError, SessionTooLargeError
 from picoflow.session.document import MessageDoc, SessionDoc
+from picoflow.session.receipts import TurnReceipt
 from picoflow.session.store import SessionStore
 
 StoreFactory = Callable[[], "SessionStore | Awaitable[SessionStore]"]
@@ -84,6 +85,28 @@ async def check_save_increments(store: SessionStore) -> None:
     again = await store.save(saved, 1)
     assert again.revision == 2, f"save_increments: second save returned revision {again.revision}, expected 2"
     assert (await _load(store, doc.id, "save_increments")).revision == 2, "save_increments: revision 2 not stored"
+
+
+async def check_chosen_id_and_item_data(store: SessionStore) -> None:
+    """``create`` under a chosen id (a second create there conflicts); receipts and write id ride along."""
+    chosen = base64.b32encode(os.urandom(10)).decode().lower()
+    created = await store.create(_flow(), session_id=chosen)
+    assert created.id == chosen, f"chosen_id: create returned id {created.id!r}, expected {chosen!r}"
+    try:
+        await store.create(_flow(), session_id=chosen)
+    except SessionConflictError:
+        pass
+    else:
+        raise AssertionError("chosen_id: a second create under the same id did not raise SessionConflictError")
+    response = {"message": "hi", "status_code": 200}
+    receipt = TurnReceipt(key="k" * 64, request="r" * 64, at=1_800_000_000, response=response)
+    created.receipts = [receipt]
+    created.write_id = "write-1"
+    await store.save(created, 0)
+    loaded = await _load(store, chosen, "chosen_id")
+    assert loaded.receipts == [receipt], "chosen_id: the saved receipts did not come back"
+    assert loaded.write_id == "write-1", "chosen_id: the saved write id did not come back"
+    assert "_item" not in loaded.to_json_dict(), "chosen_id: item data leaked into the portable document"
 
 
 async def check_iso_strings_round_trip(store: SessionStore) -> None:
@@ -315,6 +338,7 @@ Check = Callable[[SessionStore], Awaitable[str | None]]
 CHECKS: dict[str, Check] = {
     "create_and_load": check_create_and_load,
     "save_increments": check_save_increments,
+    "chosen_id_and_item_data": check_chosen_id_and_item_data,
     "iso_strings_round_trip": check_iso_strings_round_trip,
     "stale_writes_conflict": check_stale_writes_conflict,
     "delete_then_load": check_delete_then_load,
