@@ -58,6 +58,8 @@ HOLD_TIMEOUT_SECONDS = 20
 FROZEN_LAMBDA_TIMEOUT_SECONDS = 8
 _LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:(\d+))")
 _FAILURE_KEYS = {"success", "completed", "message", "session", "code", "requestId"}
+#: What a session's first turn puts before the user's message: the step's opener (``Step`` enters with "Start").
+OPENER = [("human", "Start")]
 
 Response = tuple[int, dict[str, str], Any]
 
@@ -233,7 +235,8 @@ def raw_doc(item: dict[str, Any]) -> str:
 
 def chat(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """The conversation in the tiny flow's namespace, without the system slot."""
-    messages = doc["flow"]["memory"][NAMESPACE]["messages"]
+    # A session whose first turn never landed has no namespace yet.
+    messages = doc["flow"]["memory"].get(NAMESPACE, {}).get("messages", [])
     return [(m["type"], m["content"]) for m in messages if m["type"] in ("human", "ai")]
 
 
@@ -330,7 +333,7 @@ def test_save_that_timed_out_but_landed_is_resolved_then_replayed(
     assert retry[0] == 200 and retry[2] == body, retry
     assert retry[1]["idempotent-replayed"] == "true" and retry[1]["chat_session_id"] == session
     assert SECOND_CALL not in json.dumps(retry[2])
-    assert_turn_once(table, session, key=key, message=message, reply="first reply", revision=1)
+    assert_turn_once(table, session, key=key, message=message, reply="first reply", revision=1, before=OPENER)
     print(f"\nlate save: 200 after {elapsed:.2f} s (resolved by read-back), retry replayed; requests {counts}")
 
 
@@ -358,7 +361,9 @@ def test_process_killed_after_its_save_landed_is_replayed_by_a_fresh_process(
     assert headers["idempotent-replayed"] == "true" and headers["chat_session_id"] == session
     assert (body["success"], body["message"], body["session"]) == (True, "reply of the killed process", session)
     assert SECOND_CALL not in json.dumps(body)
-    assert_turn_once(table, session, key=key, message=message, reply="reply of the killed process", revision=1)
+    assert_turn_once(
+        table, session, key=key, message=message, reply="reply of the killed process", revision=1, before=OPENER
+    )
     print(f"\nkilled after the save landed: client got {type(outcome['error']).__name__}; fresh process replayed")
 
 
@@ -389,7 +394,9 @@ def test_process_killed_before_its_save_landed_runs_the_turn_once_on_retry(
     assert "idempotent-replayed" not in headers, "nothing had been applied, so nothing can be replayed"
     assert (body["success"], body["message"], body["session"]) == (True, "reply of the retry", session)
     assert headers["chat_session_id"] == session
-    doc = assert_turn_once(table, session, key=key, message=message, reply="reply of the retry", revision=1)
+    doc = assert_turn_once(
+        table, session, key=key, message=message, reply="reply of the retry", revision=1, before=OPENER
+    )
     assert "reply that was never saved" not in json.dumps(doc)
     assert item_count(table) == 1, "the retry must continue the orphaned session, not start another"
     print("\nkilled before the save: orphan at revision 0, retry ran the first turn there once (revision 1)")
@@ -405,7 +412,7 @@ def test_same_keyed_turn_sent_to_two_processes_at_once_is_applied_once(
     status, _, opened = server_a.run(opening)
     assert status == 200, opened
     session = opened["session"]
-    history = [("human", opening), ("ai", "opening ack")]
+    history = [*OPENER, ("human", opening), ("ai", "opening ack")]
 
     key, message = f"key-{uuid.uuid4().hex}", unique("duplicate")
     barrier = threading.Barrier(2, timeout=HTTP_TIMEOUT_SECONDS)
@@ -453,7 +460,7 @@ def test_frozen_store_answers_before_the_lambda_deadline_and_the_retry_applies_o
     status, _, opened = server.run(opening)
     assert status == 200, opened
     session = opened["session"]
-    history = [("human", opening), ("ai", "opening ack")]
+    history = [*OPENER, ("human", opening), ("ai", "opening ack")]
     frozen_item = read_item(table, session)
     # DynamoDB freezes: every read and write hangs, far longer than the Lambda may run.
     proxy.plan = {"GetItem": ["hold"] * 50, "PutItem": ["hold"] * 50}
@@ -507,5 +514,5 @@ def test_same_key_with_another_body_on_another_process_is_refused_and_writes_not
         assert SECOND_CALL not in json.dumps(refused)
     assert read_item(table, session) == applied, "a refused key must leave the session exactly as it was"
     assert item_count(table) == 1
-    assert_turn_once(table, session, key=key, message=message, reply="reply from A", revision=1)
+    assert_turn_once(table, session, key=key, message=message, reply="reply from A", revision=1, before=OPENER)
     print("\nsame key, other body on another process: 422 IDEMPOTENCY_KEY_MISMATCH twice, revision 1 unchanged")
