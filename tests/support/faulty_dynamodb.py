@@ -21,6 +21,7 @@ so a server without upstream is a table that throttles forever.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
@@ -128,6 +129,10 @@ class FaultyDynamoDB:
             return
         if action == "late":
             time.sleep(self.late_seconds)
+            # The client gave up waiting, which is the point of answering late.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._reply(request, status, headers, answer)
+            return
         self._reply(request, status, headers, answer)
 
     def _hold(self, request: BaseHTTPRequestHandler) -> None:
