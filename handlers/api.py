@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import importlib
 import importlib.util
 import json
@@ -31,7 +32,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, CORSConfig, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -54,6 +55,11 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 # Deeper config objects are refused: the engine copies and serialises config recursively.
 MAX_CONFIG_DEPTH = 32
 DEFAULT_FLOW_MODULES = "flows"
+DEFAULT_PRINCIPAL_CLAIM = "sub"
+# What a browser on another origin may send and read; template.yaml's CorsConfiguration lists the same.
+CORS_REQUEST_HEADERS = ("content-type", "authorization", "chat_session_id", "idempotency-key")
+CORS_EXPOSED_HEADERS = ("chat_session_id", "idempotent-replayed", "retry-after")
+CORS_DEFAULT_MAX_AGE_SECONDS = 600
 DEFAULT_MAX_MESSAGE_CHARS = 100_000
 # Time kept back from the Lambda deadline for the final save and the response.
 DEADLINE_MARGIN_SECONDS = 2.0
@@ -70,7 +76,25 @@ logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "PicoFlow", service=SERVICE)
 # X-Ray tracing needs the optional aws-xray-sdk (aws-lambda-powertools[tracer]); without it the API runs untraced.
 tracer = Tracer() if importlib.util.find_spec("aws_xray_sdk") else None
-app = APIGatewayHttpResolver()
+
+
+def cors_config(environ: dict[str, str] | None = None) -> CORSConfig | None:
+    """The resolver's CORS rules from ``CORS_ALLOW_ORIGIN`` (comma-separated origins), mirroring the template's."""
+    env = os.environ if environ is None else environ
+    origins = [origin.strip() for origin in (env.get("CORS_ALLOW_ORIGIN") or "").split(",") if origin.strip()]
+    if not origins:
+        return None
+    return CORSConfig(
+        allow_origin=origins[0],
+        extra_origins=origins[1:],
+        allow_headers=list(CORS_REQUEST_HEADERS),
+        expose_headers=list(CORS_EXPOSED_HEADERS),
+        max_age=int(env.get("CORS_MAX_AGE_SECONDS") or CORS_DEFAULT_MAX_AGE_SECONDS),
+        allow_credentials=False,
+    )
+
+
+app = APIGatewayHttpResolver(cors=cors_config())
 
 # Routes such as /health publish no metric by design; Powertools would warn on every such request.
 warnings.filterwarnings("ignore", message="No application metrics to publish")
@@ -306,7 +330,7 @@ def run_turn() -> Response[str]:
     session_id = _session_id()
     idempotency_key = _idempotency_key()
     if session_id:
-        logger.set_correlation_id(session_id)
+        logger.set_correlation_id(session_log_id(session_id))
 
     return _run(_get_runtime(), turn, session_id, idempotency_key)
 
@@ -316,18 +340,20 @@ def run_turn() -> Response[str]:
     summary="Delete a session",
     responses=_json_responses(
         _END_SCHEMA,
-        (200, "Deleted, or there was nothing to delete."),
+        (200, "Deleted (or no session id was given)."),
         (400, "The session id is invalid or the delete failed."),
+        (404, "No such session for this caller: it does not exist or belongs to someone else."),
     ),
     openapi_extensions={"parameters": [_SESSION_PARAMETER]},
 )
 def end_session() -> Response[str]:
     session_id = _session_header()
     if _echoable(session_id):
-        logger.set_correlation_id(session_id)
+        logger.set_correlation_id(session_log_id(session_id))
     runtime = _get_runtime()
+    ending = runtime.engine.delete_session(session_id, deadline=_deadline(), caller=_caller())
     try:
-        outcome = runtime.call(runtime.engine.delete_session(session_id, deadline=_deadline()), timeout=_hard_limit())
+        outcome = runtime.call(ending, timeout=_hard_limit())
     except TimeoutError:
         code = "SESSION_STORE_ERROR"
         retry = {"Retry-After": str(RETRY_AFTER_SECONDS[code])}
@@ -337,6 +363,9 @@ def end_session() -> Response[str]:
         metrics.add_metric(name="SessionsEnded", unit=MetricUnit.Count, value=1)
         return _envelope(200, {"success": True, "session": session}, session)
     logger.warning("Session delete failed", extra={"code": outcome.get("code")})
+    if outcome.get("code") == "SESSION_NOT_FOUND":
+        # The same answer whether the session never existed or belongs to another caller.
+        return _envelope(404, _failure_body(outcome.get("message", ""), session, "SESSION_NOT_FOUND"), session)
     # A delete that lost a race is a conflict the client can retry; anything else keeps the documented 400.
     status = 409 if outcome.get("code") == "SESSION_CONFLICT" else 400
     return _envelope(status, _failure_body(outcome.get("message", ""), session, "SESSION_DELETE_FAILED"), session)
@@ -425,9 +454,16 @@ def _run(runtime: _Runtime, turn: dict[str, Any], session_id: str | None, key: s
     return _envelope(200, result.envelope(), result.session, headers)
 
 
-def _caller() -> str:
-    # With a JWT authorizer, keys of different users never meet, so no one can replay another's turn.
-    return str(app.current_event.request_context.authorizer.jwt_claim.get("sub") or "")
+def _caller() -> str | None:
+    # The authorizer's verified claim names the principal: its sessions and keys are its own.
+    claims = app.current_event.request_context.authorizer.jwt_claim or {}
+    value = claims.get(os.environ.get("PICOFLOW_PRINCIPAL_CLAIM") or DEFAULT_PRINCIPAL_CLAIM)
+    return str(value) if value else None
+
+
+def session_log_id(session_id: str) -> str:
+    """What log lines carry for a session: a digest, since the id itself lets anyone holding it continue."""
+    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:16]
 
 
 def _request_id() -> str | None:
@@ -446,9 +482,14 @@ def _request_body() -> str | None:
         raise RequestError("The request body must be UTF-8 JSON.") from exc
 
 
+def _refuse_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; stored, they would silently become null.
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _json_object(raw: str | None) -> dict[str, Any]:
     try:
-        value = json.loads(raw or "")
+        value = json.loads(raw or "", parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:
         raise RequestError("The request body must be valid JSON.") from exc
     if not isinstance(value, dict):
@@ -543,7 +584,7 @@ def _record_turn(flow_name: str, registered: bool, result: RunResponse, latency_
         metrics.add_metric(name="InputTokens", unit=MetricUnit.Count, value=result.tokens.input_tokens)
         metrics.add_metric(name="OutputTokens", unit=MetricUnit.Count, value=result.tokens.output_tokens)
     if result.session:
-        logger.set_correlation_id(result.session)
+        logger.set_correlation_id(session_log_id(result.session))
     if not result.success:
         metrics.add_metric(name="TurnFailures", unit=MetricUnit.Count, value=1)
         if result.error_code in _CONFLICT_CODES:

@@ -23,12 +23,14 @@ from picoflow.errors import (
     FlowSetupError,
     IdempotencyKeyMismatchError,
     IdempotencyKeyReusedError,
+    IdempotencyKeyTooWeakError,
     ModelUnavailableError,
     PicoFlowError,
     RestoreFailedError,
     SessionConflictError,
     SessionFlowInvariantError,
     SessionFlowMismatchError,
+    SessionNotFoundError,
     SessionOutcomeUnknownError,
     SessionStoreError,
     SessionTooLargeError,
@@ -40,6 +42,7 @@ from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.runner import TurnDeadlineError, run_turn
 from picoflow.session.document import FlowDoc, SessionDoc, TokenUsage
 from picoflow.session.receipts import (
+    MIN_ANONYMOUS_KEY_CHARS,
     TurnReceipt,
     add_receipt,
     find_receipt,
@@ -69,6 +72,8 @@ _UNTOUCHED_ERRORS = (
 )
 
 _log = logging.getLogger("picoflow")
+# A read-back that could not tell what is stored (no time left, or the store failed again).
+_UNREADABLE: Any = object()
 T = TypeVar("T")
 
 _turn_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("picoflow_turn_deadline", default=None)
@@ -134,11 +139,15 @@ class _Turn:
     session_id: str | None
     config: dict[str, Any] | None
     request_id: str
+    #: The authenticated principal making the request; None for an anonymous caller.
+    caller: str | None = None
     #: Digest of the key scoped by caller (None without a key) and of the request body.
     key: str | None = None
     request: str = ""
     #: Where a keyed turn that starts a session creates it, so a retry of that turn finds it again.
     first_id: str | None = None
+    #: An anonymous caller's key too short to derive a session id no other client could derive.
+    weak_key: bool = False
 
 
 class FlowEngine:
@@ -248,23 +257,30 @@ class FlowEngine:
         if config is not None and not isinstance(config, dict):
             raise BadRequestError("config must be a JSON object.")
         try:
-            # The session document is UTF-8 JSON: refuse what it cannot hold (lone surrogates, cycles,
+            # The session document is UTF-8 JSON: refuse what it cannot hold (lone surrogates, cycles, NaN,
             # nesting deeper than the encoder goes) before anything is created.
-            json.dumps([user_message, config], ensure_ascii=False).encode("utf-8")
+            json.dumps([user_message, config], ensure_ascii=False, allow_nan=False).encode("utf-8")
         except (TypeError, ValueError, RecursionError) as exc:
-            raise BadRequestError("message and config must be valid JSON text.") from exc
+            raise BadRequestError("message and config must be valid JSON text (no NaN or Infinity).") from exc
+        if config and any(str(name).startswith("_") for name in config):
+            allowed = self._flows[flow_name].allowed_private_config
+            if any(str(name).startswith("_") and name not in allowed for name in config):
+                raise BadRequestError("config keys starting with '_' are reserved for the flow's own use.")
         if session_id is not None and not (isinstance(session_id, str) and SESSION_ID_PATTERN.fullmatch(session_id)):
             raise BadRequestError("The session id must be 1-128 letters, digits, '_' or '-'.")
-        turn = _Turn(flow_name, user_message or "", session_id or None, config, request_id)
+        if caller is not None and not isinstance(caller, str):
+            raise BadRequestError("The caller must be a string.")
+        turn = _Turn(flow_name, user_message or "", session_id or None, config, request_id, caller or None)
         if key is None:
             return turn
-        if not isinstance(key, str) or not key or not isinstance(caller, str | None):
+        if not isinstance(key, str) or not key:
             raise BadRequestError("The idempotency key must be a non-empty string.")
         return replace(
             turn,
             key=key_digest(key, caller or ""),
             request=request_digest(flow_name, user_message, config),
             first_id=first_turn_session_id(key, caller or ""),
+            weak_key=not caller and len(key) < MIN_ANONYMOUS_KEY_CHARS,
         )
 
     async def _run_locked(self, turn: _Turn) -> RunResponse:
@@ -323,7 +339,7 @@ class FlowEngine:
     async def _open(self, flow: Flow, turn: _Turn) -> SessionDoc | RunResponse:
         """The document this turn runs on (revision 0 when it is new), or the replay of a spent key."""
         if turn.session_id:
-            stored = await _before_deadline(self.session_store.load(turn.session_id))
+            stored = _visible(await _before_deadline(self.session_store.load(turn.session_id)), turn.caller)
             if stored is not None:
                 replay = _replay(stored, turn)
                 if replay is not None:
@@ -331,13 +347,17 @@ class FlowEngine:
                 doc = await self._restore(flow, stored)
                 if doc is not None:
                     return doc
+        if turn.weak_key:
+            raise IdempotencyKeyTooWeakError("An anonymous first turn's key is too short.")
         try:
-            return await _before_deadline(self.session_store.create(_new_flow_doc(flow), session_id=turn.first_id))
+            return await _before_deadline(
+                self.session_store.create(_new_flow_doc(flow), session_id=turn.first_id, owner=turn.caller)
+            )
         except SessionConflictError:
             if turn.first_id is None:
                 raise
         # Another attempt of the same keyed first turn created the session first: replay it or carry on there.
-        stored = await _before_deadline(self.session_store.load(turn.first_id))
+        stored = _visible(await _before_deadline(self.session_store.load(turn.first_id)), turn.caller)
         if stored is None:
             raise SessionConflictError(turn.first_id)
         replay = _replay(stored, turn)
@@ -422,7 +442,10 @@ class FlowEngine:
         # A conflict, a write whose answer was lost or a save cut off by the deadline may hide a write that
         # landed (a retried write that had landed meets its own condition as a conflict): read back to know.
         stored = await self._read_back(doc.id)
-        if stored is not None:
+        if stored is None:
+            # The session is gone (deleted while the turn ran): this write can never land.
+            return _failure(SessionConflictError(doc.id), doc.id, turn.request_id)
+        if stored is not _UNREADABLE:
             if stored.write_id == doc.write_id:
                 _log.info("Session write confirmed by reading it back", extra={"requestId": turn.request_id})
                 return response
@@ -438,15 +461,16 @@ class FlowEngine:
         )
 
     async def _read_back(self, session_id: str) -> SessionDoc | None:
+        """The stored session, None when there is none, ``_UNREADABLE`` when it cannot be read in time."""
         deadline = _turn_deadline.get()
         budget = READ_BACK_SECONDS if deadline is None else deadline + READ_BACK_SECONDS - time.monotonic()
         if budget <= 0:
-            return None
+            return _UNREADABLE
         try:
             return await asyncio.wait_for(self.session_store.load(session_id), budget)
         except Exception as exc:  # noqa: BLE001 - an unreadable store leaves the outcome unknown
             _log.warning("Read-back after an unsettled save failed", extra={"errorType": type(exc).__name__})
-            return None
+            return _UNREADABLE
 
     async def _compact(self, flow: Flow, *, force: bool) -> bool:
         memory = flow.get_memory()
@@ -481,7 +505,9 @@ class FlowEngine:
 
     async def _abort(self, flow: Flow, doc: SessionDoc, exc: Exception, turn: _Turn) -> RunResponse:
         """A defect in flow code: end the session as ``aborted`` (unless the flow keeps it) and say so."""
-        failure = exc if isinstance(exc, PicoFlowError) else PicoFlowError(str(exc), code="TURN_FAILED")
+        # Framework checks on flow code raise plain PicoFlowErrors: to a client they are the same defect.
+        plain = not isinstance(exc, PicoFlowError) or exc.code == PicoFlowError.code
+        failure = PicoFlowError(str(exc), code="TURN_FAILED") if plain else exc
         response = _failure(failure, doc.id, turn.request_id, cause=exc)
         if flow.keep_session_on_error:
             return response
@@ -501,17 +527,23 @@ class FlowEngine:
 
     # -- deletion and shutdown ------------------------------------------------------------------
 
-    async def delete_session(self, session_id: str | None, *, deadline: float | None = None) -> dict[str, Any]:
-        """Permanently remove a session document; a missing one is a success. Never raises."""
+    async def delete_session(
+        self, session_id: str | None, *, deadline: float | None = None, caller: str | None = None
+    ) -> dict[str, Any]:
+        """Permanently remove a session document. Never raises.
+
+        A session that does not exist, or that belongs to another principal than ``caller``, is answered
+        alike with code ``SESSION_NOT_FOUND``, so the answer never tells that someone else's session exists.
+        """
         if not session_id:
             return {"success": True, "session": ""}
         token = _turn_deadline.set(deadline)
         try:
-            return await self._delete(session_id)
+            return await self._delete(session_id, caller or None)
         finally:
             _turn_deadline.reset(token)
 
-    async def _delete(self, session_id: str) -> dict[str, Any]:
+    async def _delete(self, session_id: str, caller: str | None) -> dict[str, Any]:
         try:
             if not SESSION_ID_PATTERN.fullmatch(session_id):
                 raise BadRequestError("The session id must be 1-128 letters, digits, '_' or '-'.")
@@ -522,8 +554,9 @@ class FlowEngine:
                     # A corrupted document cannot be read, but ending it is exactly what its owner wants.
                     await _before_deadline(self.session_store.delete(session_id))
                     return {"success": True, "session": session_id}
-                if doc is not None:
-                    await _before_deadline(self.session_store.delete(session_id, doc.revision))
+                if _visible(doc, caller) is None:
+                    raise SessionNotFoundError("No session with this id belongs to the caller.")
+                await _before_deadline(self.session_store.delete(session_id, doc.revision))
         except Exception as exc:  # noqa: BLE001 - deletion reports failures instead of raising
             failure = exc if isinstance(exc, PicoFlowError) else PicoFlowError(str(exc))
             _log.warning("Session delete failed", extra={"code": failure.code, "errorType": type(exc).__name__})
@@ -561,6 +594,13 @@ def _new_flow_doc(flow: Flow) -> FlowDoc:
         return flow.new_flow_doc()
     except Exception as exc:  # noqa: BLE001 - e.g. an initial step the flow does not define
         raise _defect(exc, "FLOW_SETUP_FAILED", FlowSetupError) from exc
+
+
+def _visible(doc: SessionDoc | None, caller: str | None) -> SessionDoc | None:
+    """``doc`` when ``caller`` may use it: sessions created anonymously are open to anyone with the id."""
+    if doc is None or (doc.owner is not None and doc.owner != caller):
+        return None
+    return doc
 
 
 def _replay(stored: SessionDoc, turn: _Turn, *, quiet: bool = False) -> RunResponse | None:

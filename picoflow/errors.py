@@ -91,6 +91,13 @@ class SessionTooLargeError(PicoFlowError):
         self.limit = limit
 
 
+class SessionNotFoundError(PicoFlowError):
+    """No session with this id is visible to the caller (it does not exist, or belongs to someone else)."""
+
+    code = "SESSION_NOT_FOUND"
+    status_code = 404
+
+
 class SessionOutcomeUnknownError(PicoFlowError):
     """A session write was sent but its outcome could not be learnt in time; retry with the same key."""
 
@@ -133,18 +140,26 @@ class IdempotencyKeyReusedError(PicoFlowError):
     status_code = 422
 
 
+class IdempotencyKeyTooWeakError(PicoFlowError):
+    """An anonymous first turn's ``Idempotency-Key`` is too short to be unique to its client."""
+
+    code = "IDEMPOTENCY_KEY_TOO_WEAK"
+    status_code = 400
+
+
 # The one sentence a client reads for each failure code. Exception text, upstream bodies, paths and
 # endpoints never reach a response: they go to the logs and to the session's ``error`` array.
 PUBLIC_MESSAGES: dict[str, str] = {
     "BAD_REQUEST": "The request is not valid.",
     "FLOW_NOT_FOUND": "The flow named in flowName is not registered.",
     "SESSION_CONFLICT": "The session was changed by another request at the same time; please retry.",
+    "SESSION_NOT_FOUND": "No such session.",
     "SESSION_FLOW_MISMATCH": "This session belongs to another flow; start a new session for this one.",
     "SESSION_FLOW_INVARIANT": "The stored session cannot be read; start a new session.",
     "SESSION_TOO_LARGE": "The session has grown too large to be saved.",
     "SESSION_STORE_ERROR": "The session store is unavailable right now; please retry.",
     "SESSION_OUTCOME_UNKNOWN": (
-        "The turn's outcome could not be confirmed; retry with the same Idempotency-Key to learn it."
+        "The turn's outcome could not be confirmed; a retry with the same Idempotency-Key is safe and tells it."
     ),
     "TURN_DEADLINE": "The turn ran out of time; the session is unchanged, please retry.",
     "MODEL_UNAVAILABLE": "The model service failed to answer; the session is unchanged, please retry.",
@@ -155,6 +170,10 @@ PUBLIC_MESSAGES: dict[str, str] = {
     "FLOW_SETUP_FAILED": "The flow could not be started; the session is unchanged.",
     "RESTORE_FAILED": "The session could not be restored; it is kept unchanged.",
     "IDEMPOTENCY_KEY_MISMATCH": "This Idempotency-Key was already used with a different request body.",
+    "IDEMPOTENCY_KEY_TOO_WEAK": (
+        "Without a signed-in user, a first turn's Idempotency-Key must have at least 32 characters "
+        "(e.g. a random UUID), so that no other client can share it."
+    ),
     "IDEMPOTENCY_KEY_REUSED": "This Idempotency-Key was already used and can no longer be replayed; use a new key.",
 }
 GENERIC_MESSAGE = "The turn failed."

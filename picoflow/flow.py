@@ -53,6 +53,8 @@ class Flow:
     checkpoint_on_crossing: ClassVar[bool] = False
     #: Keep the session as it was when flow code raises during a turn, instead of ending it as ``aborted``.
     keep_session_on_error: ClassVar[bool] = False
+    #: Request ``config`` keys starting with ``_`` are reserved; a flow lists here the ones it accepts.
+    allowed_private_config: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -129,8 +131,16 @@ class Flow:
         """True asks the engine to save the session once before the turn runs."""
         return False
 
+    def is_batch_coordinator(self) -> bool:
+        """True runs :meth:`spawn_steps` instead of the current step (batch coordinator mode).
+
+        Decided by flow code, never by a client: a flow that lets requests choose reads its own context here
+        (listing any ``_`` key it reads in ``allowed_private_config``).
+        """
+        return False
+
     async def spawn_steps(self) -> str:
-        """Runs instead of the current step when ``config._concurrent`` is set (batch coordinator mode)."""
+        """Runs instead of the current step when :meth:`is_batch_coordinator` is True."""
         return ""
 
     async def concurrent_steps(
@@ -144,7 +154,7 @@ class Flow:
     ) -> None:
         """Run one new session of this flow per item, ``batch_size`` at a time; failures are logged and skipped.
 
-        ``on_config(item)`` gives each session's config (it must not set ``_concurrent``), and
+        ``on_config(item)`` gives each session's config (it must not make the item a coordinator), and
         ``on_bot_response(item, response)`` receives each item's first response. Sessions start in this
         process, or through ``invoke`` (see ``picoflow.batch.http_invoker``; ``SELF_URL`` selects it by default).
         """

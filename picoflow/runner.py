@@ -105,7 +105,7 @@ async def run_turn(flow: Flow, user_message: str | None) -> Any:
     step = flow.get_executing_step()
     if step is None:
         raise PicoFlowError(f"Flow '{flow.id}' has no current step.")
-    if flow.get_context("config._concurrent"):
+    if flow.is_batch_coordinator():
         return await flow.spawn_steps()
     return await step.run(user_message)
 
@@ -168,10 +168,14 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
             result = outcome.parsed if outcome.parsed is not None else content_text(ai.content)
             answer = await step.on_response(result)
             model_text = content_text(ai.content) or _as_text(outcome.parsed)
+            if isinstance(answer, str) and answer == _as_text(result):
+                # The model's own words are a reply, never a route, even when they spell a step's name:
+                # a flow that routes on a reply says so by returning go(...) or a step.
+                answer = _Reply(answer)
 
         transition = _response_transition(flow, answer)
         if transition is None:
-            text = _as_text(answer)
+            text = str(_as_text(answer))
             step.get_memory().append(AiMessageEx(step, text))
             return text
         if model_text is not None:
@@ -196,7 +200,13 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+class _Reply(str):
+    """Text to send as it is: a string that ``_response_transition`` never reads as a step name."""
+
+
 def _response_transition(flow: Flow, answer: Any) -> Transition | None:
+    if isinstance(answer, _Reply):
+        return None
     if isinstance(answer, str):
         return as_transition(answer) if flow.get_step(answer.strip()) is not None else None
     return as_transition(answer)

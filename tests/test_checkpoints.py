@@ -68,6 +68,11 @@ async def test_crossings_are_not_saved_unless_the_flow_opts_in():
 
 class CoordinatorFlow(QuietFlow):
     collected: list = []
+    allowed_private_config = frozenset({"_concurrent"})
+
+    def is_batch_coordinator(self) -> bool:
+        # The flow decides in code; it lets a request ask through the one private key it accepts.
+        return bool(self.get_context("config._concurrent"))
 
     async def spawn_steps(self) -> str:
         def remember(item: int, response: RunResponse) -> None:

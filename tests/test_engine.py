@@ -244,14 +244,48 @@ async def test_an_old_document_version_starts_a_new_session_and_keeps_the_old_on
     assert SESSION_DOC_VERSION == 1.5
 
 
-async def test_delete_session_removes_the_document_and_tolerates_missing_ones():
+async def test_delete_session_removes_the_document_and_reports_missing_ones_as_not_found():
     engine, _ = scripted_engine([OtherFlow], [text("a")])
     first = await engine.run("OtherFlow", "hi")
     assert await engine.delete_session(first.session) == {"success": True, "session": first.session}
     assert await engine.session_store.load(first.session) is None
-    assert (await engine.delete_session("0" * 32))["success"] is True
+    for missing in (first.session, "0" * 32):
+        gone = await engine.delete_session(missing)
+        assert (gone["success"], gone["code"], gone["message"]) == (False, "SESSION_NOT_FOUND", "No such session.")
     assert (await engine.delete_session(""))["success"] is True
     assert (await engine.delete_session("bad id!"))["success"] is False
+
+
+async def test_a_session_belongs_to_the_principal_that_created_it():
+    replies = [text("for alice"), text("for bob"), text("anon"), text("alice again")]
+    engine, model = scripted_engine([OtherFlow], replies)
+    alice = await engine.run("OtherFlow", "my secret", caller="alice")
+    doc = await engine.session_store.load(alice.session)
+    assert doc.owner == "alice"
+
+    # Another principal, or an anonymous caller, gets what an unknown id gets: a new session of its own.
+    for caller in ("bob", None):
+        other = await engine.run("OtherFlow", "what did they say?", session_id=alice.session, caller=caller)
+        assert other.success and other.session != alice.session
+        assert "my secret" not in str(model.calls[-1])
+        assert (await engine.session_store.load(other.session)).owner == caller
+        ended = await engine.delete_session(alice.session, caller=caller)
+        assert ended["code"] == "SESSION_NOT_FOUND"
+        assert ended == await engine.delete_session("f" * 32, caller=caller) | {"session": alice.session}
+    assert (await engine.session_store.load(alice.session)).revision == 1
+
+    again = await engine.run("OtherFlow", "me again", session_id=alice.session, caller="alice")
+    assert again.session == alice.session and "my secret" in str(model.calls[-1])
+    assert (await engine.delete_session(alice.session, caller="alice"))["success"] is True
+
+
+async def test_an_anonymous_session_stays_open_to_anyone_with_its_id():
+    engine, _ = scripted_engine([OtherFlow], [text("a"), text("b")])
+    anonymous = await engine.run("OtherFlow", "hi")
+    assert (await engine.session_store.load(anonymous.session)).owner is None
+    signed_in = await engine.run("OtherFlow", "hello", session_id=anonymous.session, caller="carol")
+    assert signed_in.session == anonymous.session
+    assert (await engine.session_store.load(anonymous.session)).owner is None
 
 
 async def test_the_turn_deadline_stops_before_a_model_call():

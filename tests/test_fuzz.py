@@ -20,19 +20,15 @@ from hypothesis import strategies as st
 
 import handlers.api as api
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.session.dynamodb_store import create_table
 from tests.support import echo_flows
 from tests.support.dynamodb_local import DynamoTable
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
-IDEMPOTENCY_TABLE = "idempotency-fuzz"
 FLOWS = ("EchoFlow", "JsonFlow")
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 SUCCESS_KEYS = {"success", "completed", "message", "session", "contentType"}
 FAILURE_KEYS = {"success", "completed", "message", "session", "code", "requestId"}
-# Refusals the handler makes before any table is touched.
-HANDLER_REFUSALS = {"BAD_REQUEST", "MESSAGE_TOO_LARGE"}
 FUZZ = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
@@ -217,7 +213,7 @@ class Harness:
         return result["statusCode"], response_headers, raw
 
     def check(self, method: str, path: str, body: Any, header_pairs: list[tuple[str, str]]) -> None:
-        sessions_before, records_before = self.count(self.table.name), self.count(IDEMPOTENCY_TABLE)
+        sessions_before = self.count(self.table.name)
         status, response_headers, raw = self.send(method, path, body, header_pairs)
         assert status < 500, raw
         if "chat_session_id" in response_headers:
@@ -248,8 +244,6 @@ class Harness:
             assert payload["session"] == "" or SESSION_ID.fullmatch(payload["session"])
         if status >= 400:
             assert self.count(self.table.name) == sessions_before, f"{status} {raw[:200]}"
-            if payload.get("code") in HANDLER_REFUSALS:
-                assert self.count(IDEMPOTENCY_TABLE) == records_before
 
 
 def _flow_name(body: Any) -> Any:
@@ -261,15 +255,12 @@ def _flow_name(body: Any) -> Any:
 
 @pytest.fixture
 def harness(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Harness]:
-    # Same key layout as the sessions table: ``id`` (S), on demand.
-    create_table(moto_dynamodb.client, IDEMPOTENCY_TABLE)
     script = tmp_path / "script.json"
     # JSON text serves both flows: the JSON step returns it raw, the plain one inside the envelope.
     script.write_text(json.dumps([{"content": json.dumps({"reply": n})} for n in range(2000)]))
     monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
     monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
     monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
-    monkeypatch.setenv("IDEMPOTENCY_TABLE", IDEMPOTENCY_TABLE)
     monkeypatch.setenv("PICOFLOW_FLOWS", echo_flows.__name__)
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_MAX_MESSAGE_CHARS", "DYNAMODB_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)

@@ -251,7 +251,9 @@ def test_logs_carry_the_session_but_never_the_message(client, log_stream):
     assert status == 200
     records = [json.loads(line) for line in log_stream.getvalue().splitlines()]
     turn = next(r for r in records if r["message"] == "Turn finished")
-    assert turn["correlation_id"] == body["session"]
+    # The correlation id is a digest: the session id itself would let a log reader continue the session.
+    assert turn["correlation_id"] == api.session_log_id(body["session"]) != body["session"]
+    assert body["session"] not in log_stream.getvalue()
     assert turn["flow"] == "EchoFlow" and turn["success"] is True
     assert "secret plans" not in log_stream.getvalue()
     assert "reply 1" not in log_stream.getvalue()

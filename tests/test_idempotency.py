@@ -24,6 +24,11 @@ from tests.support.dynamodb_local import DynamoTable
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
+def K(name: str) -> str:  # noqa: N802 - reads like the literal key it stands for
+    """A key long enough for an anonymous first turn (see ``MIN_ANONYMOUS_KEY_CHARS``), named for the reader."""
+    return f"{name}-".ljust(receipts.MIN_ANONYMOUS_KEY_CHARS, "0")
+
+
 def reply(text: str, **extra: Any) -> dict[str, Any]:
     return {"content": text, "usage": {"input_tokens": 5, "output_tokens": 1}, **extra}
 
@@ -104,12 +109,12 @@ def client(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Client]:
 
 def test_a_retry_gets_the_original_response_without_running_again(client):
     client.script(reply("only once"))
-    first = client.run("book it", key="k-1", config={"tenantId": "demo"})
+    first = client.run("book it", key=K("k-1"), config={"tenantId": "demo"})
     status, headers, body = first
     assert status == 200 and body["message"] == "only once"
     session = body["session"]
 
-    again = client.run("book it", key="k-1", config={"tenantId": "demo"})
+    again = client.run("book it", key=K("k-1"), config={"tenantId": "demo"})
     assert again[0] == 200 and again[2] == body
     assert again[1]["chat_session_id"] == session
     assert again[1]["idempotent-replayed"] == "true"
@@ -121,12 +126,12 @@ def test_a_retry_gets_the_original_response_without_running_again(client):
 
 def test_each_turn_of_a_session_has_its_own_key(client):
     client.script(reply("first"), reply("second"))
-    _, _, first = client.run("hello", key="key-1")
+    _, _, first = client.run("hello", key=K("key-1"))
     session = first["session"]
-    status, _, second = client.run("and then", key="key-2", session=session)
+    status, _, second = client.run("and then", key=K("key-2"), session=session)
     assert (status, second["message"], second["session"]) == (200, "second", session)
-    assert client.run("and then", key="key-2", session=session)[2] == second
-    assert client.run("hello", key="key-1")[2] == first
+    assert client.run("and then", key=K("key-2"), session=session)[2] == second
+    assert client.run("hello", key=K("key-1"))[2] == first
     assert client.model_calls() == 2
     assert client.revision(session) == 2
     assert client.conversation(session) == [
@@ -136,19 +141,19 @@ def test_each_turn_of_a_session_has_its_own_key(client):
 
 def test_a_key_reused_for_another_turn_of_the_session_is_refused(client):
     client.script(reply("first"))
-    _, _, first = client.run("hello", key="same")
-    status, _, body = client.run("and then", key="same", session=first["session"])
+    _, _, first = client.run("hello", key=K("same"))
+    status, _, body = client.run("and then", key=K("same"), session=first["session"])
     assert (status, body["code"]) == (422, "IDEMPOTENCY_KEY_MISMATCH")
     assert client.revision(first["session"]) == 1 and client.model_calls() == 1
 
 
 def test_the_key_is_scoped_by_the_jwt_subject(client):
     client.script(reply("for alice"), reply("for bob"))
-    _, _, alice = client.run("hi", key="shared", sub="alice")
-    _, _, bob = client.run("hi", key="shared", sub="bob")
+    _, _, alice = client.run("hi", key=K("shared"), sub="alice")
+    _, _, bob = client.run("hi", key=K("shared"), sub="bob")
     assert (alice["message"], bob["message"]) == ("for alice", "for bob")
     assert alice["session"] != bob["session"]
-    assert client.run("hi", key="shared", sub="alice")[2] == alice
+    assert client.run("hi", key=K("shared"), sub="alice")[2] == alice
     assert client.model_calls() == 2
 
 
@@ -159,9 +164,9 @@ def test_the_key_is_scoped_by_the_jwt_subject(client):
 )
 def test_the_same_key_with_another_body_is_refused(client, change):
     client.script(reply("once"))
-    _, _, first = client.run("hello", key="k-2", config={"tenantId": "demo"})
+    _, _, first = client.run("hello", key=K("k-2"), config={"tenantId": "demo"})
     request = {"message": "hello", "config": {"tenantId": "demo"}, **change}
-    status, headers, body = client.run(request.pop("message"), key="k-2", **request)
+    status, headers, body = client.run(request.pop("message"), key=K("k-2"), **request)
     assert status == 422
     assert body["requestId"]
     assert {k: v for k, v in body.items() if k != "requestId"} == {
@@ -179,7 +184,7 @@ def test_the_same_key_with_another_body_is_refused(client, change):
 def test_a_duplicate_in_flight_waits_and_gets_the_same_answer(client):
     client.script(reply("slow", delay=1.0))
     results: list[tuple] = []
-    threads = [threading.Thread(target=lambda: results.append(client.run("hello", key="k-3"))) for _ in range(2)]
+    threads = [threading.Thread(target=lambda: results.append(client.run("hello", key=K("k-3")))) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -201,15 +206,15 @@ def test_a_transient_failure_spends_nothing_so_the_retry_runs(client, monkeypatc
         raise SessionStoreError("create", None, "throttled", status_code=503)
 
     monkeypatch.setattr(store, "create", down_once)
-    status, headers, body = client.run("hello", key="k-4")
+    status, headers, body = client.run("hello", key=K("k-4"))
     assert (status, body["code"]) == (503, "SESSION_STORE_ERROR")
     assert int(headers["retry-after"]) >= 1
     assert client.sessions() == []
 
-    status, headers, body = client.run("hello", key="k-4")
+    status, headers, body = client.run("hello", key=K("k-4"))
     assert (status, body["message"]) == (200, "recovered")
     assert "idempotent-replayed" not in headers
-    assert client.run("hello", key="k-4")[2] == body
+    assert client.run("hello", key=K("k-4"))[2] == body
     assert client.model_calls() == 1
 
 
@@ -225,11 +230,11 @@ def test_a_lost_race_is_a_conflict_and_the_retry_runs(client, monkeypatch):
         raise SessionConflictError(doc.id)
 
     monkeypatch.setattr(store, "save", lose_once)
-    status, _, body = client.run("again", key="k-5", session=session)
+    status, _, body = client.run("again", key=K("k-5"), session=session)
     assert (status, body["code"]) == (409, "SESSION_CONFLICT")
     assert client.revision(session) == 1
 
-    status, _, body = client.run("again", key="k-5", session=session)
+    status, _, body = client.run("again", key=K("k-5"), session=session)
     assert (status, body["message"]) == (200, "won")
     assert client.revision(session) == 2
     assert client.messages(session).count(("human", "again")) == 1
@@ -245,10 +250,10 @@ def test_a_save_whose_answer_was_lost_but_landed_is_a_success_and_replays(client
         raise SessionStoreError("save", doc.id, "ReadTimeoutError: http://127.0.0.1/", status_code=503, ambiguous=True)
 
     monkeypatch.setattr(store, "save", lands_then_times_out)
-    status, headers, body = client.run("hello", key="k-10")
+    status, headers, body = client.run("hello", key=K("k-10"))
     assert (status, body["message"]) == (200, "landed")
     session = body["session"]
-    again = client.run("hello", key="k-10")
+    again = client.run("hello", key=K("k-10"))
     assert (again[0], again[2], again[1]["idempotent-replayed"]) == (200, body, "true")
     assert client.model_calls() == 1 and client.revision(session) == 1
     assert client.conversation(session) == [("human", "hello"), ("ai", "landed")]
@@ -266,13 +271,13 @@ def test_a_save_whose_outcome_is_unknown_says_so_and_the_retry_applies_it_once(c
         raise SessionStoreError("save", doc.id, "ReadTimeoutError: http://127.0.0.1/", status_code=503, ambiguous=True)
 
     monkeypatch.setattr(store, "save", never_answers)
-    status, headers, body = client.run("book", key="k-11", session=session)
+    status, headers, body = client.run("book", key=K("k-11"), session=session)
     assert (status, body["code"]) == (503, "SESSION_OUTCOME_UNKNOWN")
     assert body["message"] == public_message("SESSION_OUTCOME_UNKNOWN")
     assert int(headers["retry-after"]) >= 1
     assert client.revision(session) == 1
 
-    status, _, body = client.run("book", key="k-11", session=session)
+    status, _, body = client.run("book", key=K("k-11"), session=session)
     assert (status, body["message"]) == (200, "second try")
     assert client.revision(session) == 2
     assert client.messages(session).count(("human", "book")) == 1
@@ -288,12 +293,12 @@ def test_a_first_turn_that_never_landed_is_finished_by_its_retry_in_the_same_ses
         raise SessionStoreError("save", doc.id, "ServiceUnavailable", status_code=503)
 
     monkeypatch.setattr(store, "save", down_once)
-    status, _, failed = client.run("hello", key="k-12")
+    status, _, failed = client.run("hello", key=K("k-12"))
     assert (status, failed["code"]) == (503, "SESSION_STORE_ERROR")
     session = failed["session"]
     assert client.revision(session) == 0  # created, its first turn not applied
 
-    status, _, body = client.run("hello", key="k-12")
+    status, _, body = client.run("hello", key=K("k-12"))
     assert (status, body["message"], body["session"]) == (200, "kept", session)
     assert client.revision(session) == 1 and len(client.sessions()) == 1
     assert client.conversation(session) == [("human", "hello"), ("ai", "kept")]
@@ -304,9 +309,9 @@ def test_a_too_large_turn_is_not_applied_so_its_retry_is_refused_again(client, m
     big = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(64))
     client.script(reply(big), reply(big))
     monkeypatch.setattr(api.get_engine().session_store, "max_document_bytes", 1000)
-    status, _, body = client.run("hello", key="k-6")
+    status, _, body = client.run("hello", key=K("k-6"))
     assert (status, body["code"]) == (413, "SESSION_TOO_LARGE")
-    again = client.run("hello", key="k-6")
+    again = client.run("hello", key=K("k-6"))
     assert (again[0], again[2]["code"]) == (413, "SESSION_TOO_LARGE")
     assert "idempotent-replayed" not in again[1]
     assert client.revision(body["session"]) == 0
@@ -315,20 +320,20 @@ def test_a_too_large_turn_is_not_applied_so_its_retry_is_refused_again(client, m
 def test_a_key_whose_receipt_was_dropped_is_refused_rather_than_run_again(client, monkeypatch):
     monkeypatch.setattr(receipts, "MAX_RECEIPTS", 2)
     client.script(*(reply(f"answer {n}") for n in range(4)))
-    _, _, first = client.run("turn 0", key="k-first")
+    _, _, first = client.run("turn 0", key=K("k-first"))
     session = first["session"]
     for n in (1, 2, 3):
-        assert client.run(f"turn {n}", key=f"k-{n}", session=session)[0] == 200
+        assert client.run(f"turn {n}", key=K(f"k-{n}"), session=session)[0] == 200
     assert len(client.doc(session)["_item"]["receipts"]) == 2
 
-    status, _, body = client.run("turn 0", key="k-first")
+    status, _, body = client.run("turn 0", key=K("k-first"))
     assert (status, body["code"]) == (422, "IDEMPOTENCY_KEY_REUSED")
     assert client.model_calls() == 4 and client.revision(session) == 4
 
 
 def test_the_stored_receipt_holds_digests_never_the_key(client):
     client.script(reply("ok"))
-    key = "secret-key-material-0123456789"
+    key = "secret-key-material-0123456789abcdef"
     _, _, body = client.run("hello", key=key)
     item = client.table.client.get_item(
         TableName=client.table.name, Key={"id": {"S": body["session"]}}, ConsistentRead=True
@@ -341,9 +346,9 @@ def test_the_stored_receipt_holds_digests_never_the_key(client):
 
 def test_a_raw_content_type_is_replayed_as_is(client):
     client.script(reply('{"rooms": 2}'))
-    status, headers, body = client.run("rooms?", key="k-7", flow="JsonFlow")
+    status, headers, body = client.run("rooms?", key=K("k-7"), flow="JsonFlow")
     assert (status, headers["content-type"], body) == (200, "application/json", {"rooms": 2})
-    again = client.run("rooms?", key="k-7", flow="JsonFlow")
+    again = client.run("rooms?", key=K("k-7"), flow="JsonFlow")
     assert again[1]["content-type"] == "application/json"
     assert again[1]["chat_session_id"] == headers["chat_session_id"]
     assert again[1]["idempotent-replayed"] == "true"
@@ -374,3 +379,23 @@ def test_without_a_key_every_request_is_a_new_turn(client):
     assert client.run("hello")[2]["message"] == "one"
     assert client.run("hello")[2]["message"] == "two"
     assert len(client.sessions()) == 2
+
+
+def test_an_anonymous_first_turn_needs_a_key_no_other_client_could_pick(client):
+    client.script(reply("signed in"), reply("anonymous"), reply("next"))
+    status, _, body = client.run("hello", key="k-1")
+    assert (status, body["code"]) == (400, "IDEMPOTENCY_KEY_TOO_WEAK")
+    assert body["message"] == public_message("IDEMPOTENCY_KEY_TOO_WEAK") and client.sessions() == []
+
+    # A signed-in caller's keys are scoped by its principal, so a short one is fine.
+    assert client.run("hello", key="k-1", sub="alice")[0] == 200
+    _, _, first = client.run("hello", key=K("k-2"))
+    # Inside an existing session a key only has to be unique to that session.
+    assert client.run("next", key="k-3", session=first["session"])[0] == 200
+
+
+def test_two_anonymous_clients_with_different_keys_get_two_sessions(client):
+    client.script(reply("one"), reply("two"))
+    _, _, a = client.run("hello", key="6b0b1f4e-0d5c-4f61-9c35-3f2f5a0c9d11")
+    _, _, b = client.run("hello", key="0f8d9c7e-2a1b-4c3d-8e5f-6a7b8c9d0e1f")
+    assert a["session"] != b["session"] and (a["message"], b["message"]) == ("one", "two")

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from picoflow.errors import public_message
 from picoflow.session.document import SessionDoc
 from tests.support.dynamodb_local import DUMMY_AWS_ENV, DynamoTable, create_unique_table, local_client
 from tests.support.race_worker import Task, init_worker, perform
@@ -126,15 +127,20 @@ def test_concurrent_turns_from_separate_processes_have_one_winner_per_revision(
         by_revision: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for result in results:
             body = result["body"]
-            # A turn reads the session exactly once; a conflict never starts a fresh session.
-            assert len(result["loaded"]) == 1 and result["loaded"][0] is not None, result
+            # A winner reads the session exactly once. A loser reads it once more after its conditional
+            # write failed, to learn whether that write was its own; a conflict never starts a fresh session.
+            assert None not in result["loaded"], result
             assert body["session"] == session, result
             if result["status"] == 200:
                 assert body["success"] is True
+                assert len(result["loaded"]) == 1, result
             else:
                 assert result["status"] == 409, result
                 assert (body["code"], body["success"], body["completed"]) == ("SESSION_CONFLICT", False, False)
-                assert "Traceback" not in body["message"]
+                assert body["message"] == public_message("SESSION_CONFLICT")
+                # The read-back found a newer revision written by a winner.
+                started_from, read_back = result["loaded"]
+                assert read_back > started_from, result
             by_revision[result["loaded"][0]].append(result)
 
         # Exactly one winner per revision read, and the winners' revisions follow each other without gaps.
@@ -203,8 +209,10 @@ def test_delete_racing_a_turn_leaves_a_consistent_store(workers: Any, race_table
         outcome = "delete-won"
         assert turn["body"]["code"] == "SESSION_CONFLICT" and turn["body"]["session"] == session
         assert end["status"] == 200 and end["body"]["success"] is True
-        # The delete read the revision the turn started from, and nothing was written after it.
-        assert end["loaded"] == turn["loaded"] == [before["revision"]]
+        # The delete read the revision the turn started from, and nothing was written after it: the turn's
+        # read-back after its failed conditional write found no item.
+        assert end["loaded"] == [before["revision"]]
+        assert turn["loaded"] == [before["revision"], None]
         assert item is None
     elif turn["status"] == 200 and turn["body"]["session"] != session:
         # The turn read after the delete: the id was unknown, so the turn began a new session under a new id.
@@ -222,7 +230,7 @@ def test_delete_racing_a_turn_leaves_a_consistent_store(workers: Any, race_table
         # A delete that lost the revision check is a retryable conflict: 409 SESSION_DELETE_FAILED.
         assert end["status"] == 409, end
         assert end["body"]["code"] == "SESSION_DELETE_FAILED" and end["body"]["success"] is False
-        assert "changed or removed by another request" in end["body"]["message"]
+        assert end["body"]["message"] == public_message("SESSION_CONFLICT")
         assert end["loaded"] == [before["revision"]]
         after = assert_whole(item)
         assert after["revision"] == before["revision"] + 1 and after["runStatus"] == "running"

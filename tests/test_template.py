@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,128 @@ def test_outputs(template, table_name):
     assert "execute-api" in outputs["ApiUrl"]["Value"]["Fn::Sub"]
     assert outputs["SessionsTableName"]["Value"] == {"Ref": table_name}
     assert "IdempotencyTableName" not in outputs
+
+
+def _evaluate(condition, values: dict[str, str]) -> bool:
+    """Evaluate a condition the way CloudFormation does: parameter values are strings."""
+    ((function, args),) = condition.items()
+    if function == "Fn::Not":
+        return not _evaluate(args[0], values)
+    if function == "Fn::Equals":
+        left, right = (values[a["Ref"]] if isinstance(a, dict) else str(a) for a in args)
+        return left == right
+    raise AssertionError(f"unexpected condition function {function}")
+
+
+def _defaults(template) -> dict[str, str]:
+    return {name: str(p.get("Default", "")) for name, p in template["Parameters"].items()}
+
+
+def test_parameter_defaults_meet_their_own_constraints(template):
+    for name, param in template["Parameters"].items():
+        default = param["Default"]
+        if param["Type"] == "Number":
+            assert param.get("MinValue", default) <= default <= param.get("MaxValue", default), name
+        if "AllowedPattern" in param:
+            assert re.fullmatch(param["AllowedPattern"], str(default)), name
+        if "AllowedValues" in param:
+            assert default in param["AllowedValues"], name
+
+
+# Value of CorsAllowOrigins -> whether the parameter accepts it.
+CORS_ORIGINS = {
+    "": True,  # CORS off
+    "*": True,
+    "https://app.example.com": True,
+    "https://app.example.com,http://localhost:3000": True,
+    "https://app.example.com/": False,  # browsers send origins without a trailing slash
+    "https://app.example.com, http://localhost:3000": False,  # a space would become part of the origin
+    "app.example.com": False,
+    "*,https://app.example.com": False,
+}
+
+
+def test_cors_parameters(template):
+    params = template["Parameters"]
+    origins = params["CorsAllowOrigins"]
+    assert origins["Type"] == "String" and origins["Default"] == ""
+    accepted = {value for value in CORS_ORIGINS if re.fullmatch(origins["AllowedPattern"], value)}
+    assert accepted == {value for value, ok in CORS_ORIGINS.items() if ok}
+    max_age = params["CorsMaxAgeSeconds"]
+    assert max_age["Type"] == "Number" and max_age["Default"] == 600
+    assert max_age["MinValue"] == 0 and max_age["MaxValue"] == 86400
+
+
+def test_cors_is_off_unless_origins_are_given(template):
+    condition = template["Conditions"]["HasCors"]
+    assert condition == {"Fn::Not": [{"Fn::Equals": [{"Ref": "CorsAllowOrigins"}, ""]}]}
+    assert _evaluate(condition, _defaults(template)) is False
+    assert _evaluate(condition, _defaults(template) | {"CorsAllowOrigins": "https://app.example.com"}) is True
+
+
+def test_cors_configuration(http_api):
+    condition, enabled, disabled = http_api["CorsConfiguration"]["Fn::If"]
+    assert condition == "HasCors"
+    assert disabled == {"Ref": "AWS::NoValue"}
+    assert enabled == {
+        "AllowOrigins": {"Fn::Split": [",", {"Ref": "CorsAllowOrigins"}]},
+        "AllowMethods": ["GET", "POST", "OPTIONS"],
+        "AllowHeaders": ["content-type", "authorization", "chat_session_id", "idempotency-key"],
+        "ExposeHeaders": ["chat_session_id", "idempotent-replayed", "retry-after"],
+        "AllowCredentials": False,
+        "MaxAge": {"Ref": "CorsMaxAgeSeconds"},
+    }
+
+
+def test_preflights_are_answered_by_the_gateway_without_a_token(function, http_api):
+    # API Gateway answers an OPTIONS preflight itself only when no route matches it; a catch-all
+    # route would send it to the integration through the JWT authorizer, which has no token to check.
+    assert "DefinitionBody" not in http_api and "DefinitionUri" not in http_api
+    allowed = set(http_api["CorsConfiguration"]["Fn::If"][1]["AllowMethods"])
+    for event in function["Events"].values():
+        method, path = event["Properties"]["Method"], event["Properties"]["Path"]
+        assert method.upper() in allowed - {"OPTIONS"}, method
+        assert path != "$default" and "+}" not in path, path
+
+
+def test_cors_settings_reach_the_function(function):
+    env = function["Environment"]["Variables"]
+    assert env["CORS_ALLOW_ORIGIN"] == {"Ref": "CorsAllowOrigins"}
+    assert env["CORS_MAX_AGE_SECONDS"] == {"Ref": "CorsMaxAgeSeconds"}
+
+
+def test_handler_cors_matches_the_gateway(template, http_api):
+    # The handler serves the same CORS rules when it runs without API Gateway in front.
+    from handlers.api import CORS_DEFAULT_MAX_AGE_SECONDS, CORS_EXPOSED_HEADERS, CORS_REQUEST_HEADERS
+
+    gateway = http_api["CorsConfiguration"]["Fn::If"][1]
+    assert list(CORS_REQUEST_HEADERS) == gateway["AllowHeaders"]
+    assert list(CORS_EXPOSED_HEADERS) == gateway["ExposeHeaders"]
+    assert template["Parameters"]["CorsMaxAgeSeconds"]["Default"] == CORS_DEFAULT_MAX_AGE_SECONDS
+
+
+def test_default_route_throttling(template, http_api):
+    assert http_api["DefaultRouteSettings"] == {
+        "ThrottlingBurstLimit": {"Ref": "ThrottleBurstLimit"},
+        "ThrottlingRateLimit": {"Ref": "ThrottleRateLimit"},
+    }
+    params = template["Parameters"]
+    burst, rate = params["ThrottleBurstLimit"], params["ThrottleRateLimit"]
+    assert burst["Type"] == rate["Type"] == "Number"
+    assert (burst["Default"], rate["Default"]) == (50, 20)
+    # Zero would turn every request away with 429.
+    assert burst["MinValue"] >= 1 and rate["MinValue"] >= 1
+    assert burst["Default"] >= rate["Default"]
+
+
+def test_reserved_concurrency(template, function):
+    param = template["Parameters"]["ReservedConcurrency"]
+    assert param["Type"] == "Number" and param["Default"] == 10 and param["MinValue"] == 0
+    assert "model provider" in param["Description"] and "other functions" in param["Description"]
+    condition = template["Conditions"]["HasReservedConcurrency"]
+    assert _evaluate(condition, _defaults(template)) is True
+    # 0 means no reservation at all, not a reservation of zero (which would throttle every request).
+    assert _evaluate(condition, _defaults(template) | {"ReservedConcurrency": "0"}) is False
+    assert function["ReservedConcurrentExecutions"] == {
+        "Fn::If": ["HasReservedConcurrency", {"Ref": "ReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
+    }

@@ -218,6 +218,16 @@ class SessionDoc(_Doc):
     # id of the write that produced this copy (how a turn learns whether its timed-out write landed).
     _receipts: list[TurnReceipt] = PrivateAttr(default_factory=list)
     _write_id: str | None = PrivateAttr(default=None)
+    _owner: str | None = PrivateAttr(default=None)
+
+    @property
+    def owner(self) -> str | None:
+        """The authenticated principal that created this session; None when it was created anonymously."""
+        return self._owner
+
+    @owner.setter
+    def owner(self, value: str | None) -> None:
+        self._owner = value or None
 
     @property
     def receipts(self) -> list[TurnReceipt]:
@@ -244,6 +254,8 @@ class SessionDoc(_Doc):
             data["receipts"] = [receipt.model_dump() for receipt in self._receipts]
         if self._write_id:
             data["writeId"] = self._write_id
+        if self._owner:
+            data["owner"] = self._owner
         return data
 
     def load_item_data(self, data: Any) -> None:
@@ -259,6 +271,8 @@ class SessionDoc(_Doc):
         self._receipts = receipts
         write_id = data.get("writeId")
         self._write_id = write_id if isinstance(write_id, str) else None
+        owner = data.get("owner")
+        self._owner = owner if isinstance(owner, str) and owner else None
 
     @model_validator(mode="before")
     @classmethod

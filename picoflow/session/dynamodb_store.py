@@ -111,8 +111,10 @@ class DynamoDBSessionStore(SessionStore):
             raise SessionFlowInvariantError(f"Session '{session_id}' has an unreadable stored item: {exc}") from exc
         return decode_document(raw, revision)
 
-    async def create(self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None) -> SessionDoc:
-        doc = new_document(flow, session_id)
+    async def create(
+        self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None, owner: str | None = None
+    ) -> SessionDoc:
+        doc = new_document(flow, session_id, owner)
         item = self._checked_item(doc)
         await self._call(
             "create",

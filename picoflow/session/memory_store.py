@@ -32,8 +32,10 @@ class MemorySessionStore(SessionStore):
             return None
         return decode_document(row[2], row[0])
 
-    async def create(self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None) -> SessionDoc:
-        doc = new_document(flow, session_id)
+    async def create(
+        self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None, owner: str | None = None
+    ) -> SessionDoc:
+        doc = new_document(flow, session_id, owner)
         encoded = self._encode(doc)
         with self._lock:
             if doc.id in self._rows:

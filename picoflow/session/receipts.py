@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 MAX_RECEIPTS = 16
 #: ... and for how long a spent key can be replayed.
 RECEIPT_MAX_AGE_SECONDS = 24 * 3600
+#: Shortest key an anonymous first turn may use: its session id derives from the key alone, so the key must be
+#: unguessable and unique to its client (32 hex characters carry 128 random bits; a UUID qualifies).
+MIN_ANONYMOUS_KEY_CHARS = 32
 
 
 class TurnReceipt(BaseModel):

@@ -53,8 +53,10 @@ class SQLiteSessionStore(SessionStore):
             return None
         return decode_document(row[1], row[0])
 
-    async def create(self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None) -> SessionDoc:
-        doc = new_document(flow, session_id)
+    async def create(
+        self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None, owner: str | None = None
+    ) -> SessionDoc:
+        doc = new_document(flow, session_id, owner)
         text = self._encode(doc)
 
         def insert(conn: sqlite3.Connection) -> bool:

@@ -34,10 +34,13 @@ class SessionStore(ABC):
         """Return the stored document, or ``None`` when there is none."""
 
     @abstractmethod
-    async def create(self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None) -> SessionDoc:
+    async def create(
+        self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None, owner: str | None = None
+    ) -> SessionDoc:
         """Persist a new document around ``flow`` at revision 0 under ``session_id`` (default: a fresh id).
 
-        Raises ``SessionConflictError`` when a document already has that id.
+        ``owner`` records the principal the session belongs to. Raises ``SessionConflictError`` when a
+        document already has that id.
         """
 
     @abstractmethod
@@ -84,13 +87,14 @@ def decode_document(raw: bytes | str, revision: int) -> SessionDoc:
     return doc
 
 
-def new_document(flow: FlowDoc | dict[str, Any], session_id: str | None = None) -> SessionDoc:
+def new_document(flow: FlowDoc | dict[str, Any], session_id: str | None = None, owner: str | None = None) -> SessionDoc:
     """A fresh running document at revision 0 around ``flow``, checked against the one-flow invariant."""
     flow_doc = flow if isinstance(flow, FlowDoc) else _validate_flow(flow)
     now = utc_now()
     doc = SessionDoc(
         id=session_id or new_session_id(), revision=0, flow=flow_doc.model_copy(deep=True), created_on=now, save_on=now
     )
+    doc.owner = owner
     doc.check_invariant()
     return doc
 
