@@ -447,6 +447,21 @@ def handled_tool_call() -> dict[str, Any] | None:
     return _handled_tool_call.get()
 
 
+def _handler_route(step: Step, handler: Any, result: Any) -> Transition | None:
+    """A tool handler's answer as a transition; None (no transition) only for None itself."""
+    if result is None:
+        return None
+    transition = as_transition(result)
+    if transition is None:
+        where = f"Tool handler '{type(step).__name__}.{getattr(handler, '__name__', handler)}'"
+        # A TypeScript-style {step, state} object is the usual slip: say what to write instead.
+        raise PicoFlowError(
+            f"{where} returned a {type(result).__name__}; return go(Step), stay(...), direct(...), "
+            "a step class or name, or None (go(Step).with_state({...}) carries state)."
+        )
+    return transition
+
+
 def _group_route(step: Step, method: str, result: Any) -> Transition:
     where = f"Tool group handler '{type(step).__name__}.{method}'"
     if result is None:
@@ -513,7 +528,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
             outcome.result = _worker_result(flow, step, returned)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
             continue
-        transition = as_transition(returned)
+        transition = _handler_route(step, handler, returned)
         if transition is None:
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
             continue

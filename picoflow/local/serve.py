@@ -9,10 +9,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import sys
 import threading
 import traceback
 from collections.abc import Callable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -24,8 +26,21 @@ LambdaHandler = Callable[[dict[str, Any], Any], Any]
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
 # The template's function timeout, which the local server gives every invocation unless told otherwise.
 DEFAULT_FUNCTION_TIMEOUT_MS = 25_000
-_TOO_LARGE = b'{"message":"Request Entity Too Large"}'
-_INTERNAL_ERROR = b'{"message":"Internal Server Error"}'
+# API Gateway's own answers are a JSON ``{"message": ...}`` with these texts (not the stdlib's HTML pages).
+_GATEWAY_MESSAGES = {
+    400: "Bad Request",
+    405: "Method Not Allowed",
+    413: "Request Entity Too Large",
+    414: "Request-URI Too Long",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+}
+# Longest request-body framing line (chunk size or trailer field) read, like the stdlib's request line limit.
+_MAX_LINE_BYTES = 65536
+_MAX_TRAILER_FIELDS = 100
+_DIGITS = re.compile(r"[0-9]+")
+_HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]+")
+_LINE_ENDINGS = (b"\r\n", b"\n")
 
 
 class LambdaHTTPServer(ThreadingHTTPServer):
@@ -50,15 +65,42 @@ class LambdaHTTPServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-exchange is routine, not a server fault worth a traceback.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
 
 class _ProxyRequestHandler(BaseHTTPRequestHandler):
     server: LambdaHTTPServer
     protocol_version = "HTTP/1.1"
 
+    # The methods an HTTP API route can name; each becomes an event and the handler decides (its router
+    # answers OPTIONS preflights when CORS is on and 404 for routes it does not have).
     def do_GET(self) -> None:
         self._proxy()
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = do_GET
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if not hasattr(self, f"do_{self.command}"):
+            self.send_error(HTTPStatus.METHOD_NOT_ALLOWED)
+            return False
+        return True
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # Every framing error the server answers itself (including the stdlib's own, such as a malformed
+        # request line) is a JSON message like API Gateway's, and ends the connection.
+        code = int(code)
+        text = _GATEWAY_MESSAGES.get(code) or HTTPStatus(code).phrase
+        self.log_error("code %d, message %s", code, message or text)
+        headers = {"content-type": ["application/json"], "connection": ["close"]}
+        if code == HTTPStatus.METHOD_NOT_ALLOWED:
+            headers["allow"] = [", ".join(name[3:] for name in dir(self) if name.startswith("do_"))]
+        self._send(code, headers, json.dumps({"message": text}).encode("utf-8"))
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's parameter name
         if self.server.access_log:
@@ -68,7 +110,11 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         try:
             body = self._read_body()
         except _PayloadTooLarge:
-            self._send(413, {"content-type": ["application/json"], "connection": ["close"]}, _TOO_LARGE)
+            self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+            return
+        except (_BadRequest, _Truncated):
+            # A truncated body is answered too, for a client that only half-closed; a gone one never reads it.
+            self.send_error(HTTPStatus.BAD_REQUEST)
             return
         path, _, query = self.path.partition("?")
         client_ip = self.client_address[0]
@@ -79,7 +125,9 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
             "x-forwarded-port": str(self.server.server_address[1]),
         }
         headers.extend((name, value) for name, value in forwarded.items() if name not in self.headers)
-        event = http_event(self.command, path, body=body, headers=headers, query=query, source_ip=client_ip)
+        # A HEAD is answered as the GET of the same path, whose body _send then leaves out.
+        method = "GET" if self.command == "HEAD" else self.command
+        event = http_event(method, path, body=body, headers=headers, query=query, source_ip=client_ip)
         try:
             with self.server.invoke_lock:
                 result = self.server.lambda_handler(event, FakeLambdaContext(timeout_ms=_function_timeout_ms()))
@@ -87,30 +135,66 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         except Exception:
             # API Gateway answers an integration failure with a bare 500; the trace is for the developer.
             traceback.print_exc(file=sys.stderr)
-            self._send(500, {"content-type": ["application/json"]}, _INTERNAL_ERROR)
+            self._send(500, {"content-type": ["application/json"]}, b'{"message":"Internal Server Error"}')
             return
         self._send(status, response_headers, payload)
 
     def _read_body(self) -> bytes | None:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+        encodings = self.headers.get_all("Transfer-Encoding") or []
+        lengths = self.headers.get_all("Content-Length") or []
+        if encodings:
+            # Both framings at once is the request-smuggling ambiguity; chunked is the only coding understood.
+            codings = [coding.strip().lower() for value in encodings for coding in value.split(",")]
+            if lengths or codings != ["chunked"]:
+                raise _BadRequest
             return self._read_chunked() or None
-        length = int(self.headers.get("Content-Length") or 0)
+        if not lengths:
+            return None
+        # Repeated Content-Length fields are only acceptable when they all agree.
+        values = {part.strip() for value in lengths for part in value.split(",")}
+        if len(values) != 1 or not _DIGITS.fullmatch(value := values.pop()):
+            raise _BadRequest
+        length = int(value)
         if length > MAX_PAYLOAD_BYTES:
             raise _PayloadTooLarge
-        return self.rfile.read(length) if length else None
+        body = self._read_exactly(length)
+        return body or None
 
     def _read_chunked(self) -> bytes:
         chunks: list[bytes] = []
         total = 0
-        while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
+        while True:
+            size_field = self._read_line().split(b";", 1)[0].strip()  # chunk extensions are ignored
+            if not _HEX_DIGITS.fullmatch(size_field):
+                raise _BadRequest
+            size = int(size_field, 16)
+            if not size:
+                break
             total += size
             if total > MAX_PAYLOAD_BYTES:
                 raise _PayloadTooLarge
-            chunks.append(self.rfile.read(size))
-            self.rfile.readline()
-        while self.rfile.readline().strip():
-            pass  # trailer fields, which API Gateway does not forward either
-        return b"".join(chunks)
+            chunks.append(self._read_exactly(size))
+            if self._read_line() not in _LINE_ENDINGS:
+                raise _BadRequest
+        # Trailer fields, which API Gateway does not forward either, end at an empty line.
+        for _ in range(_MAX_TRAILER_FIELDS + 1):
+            if self._read_line() in _LINE_ENDINGS:
+                return b"".join(chunks)
+        raise _BadRequest
+
+    def _read_exactly(self, size: int) -> bytes:
+        data = self.rfile.read(size) if size else b""
+        if len(data) < size:
+            raise _Truncated
+        return data
+
+    def _read_line(self) -> bytes:
+        line = self.rfile.readline(_MAX_LINE_BYTES + 1)
+        if len(line) > _MAX_LINE_BYTES:
+            raise _BadRequest
+        if not line.endswith(b"\n"):
+            raise _Truncated
+        return line
 
     def _send(self, status: int, headers: dict[str, list[str]], payload: bytes) -> None:
         self.send_response(status)
@@ -125,6 +209,14 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
 
 class _PayloadTooLarge(Exception):
     pass
+
+
+class _BadRequest(Exception):
+    """The request body's framing is malformed or ambiguous."""
+
+
+class _Truncated(Exception):
+    """The client closed the connection before the whole body arrived."""
 
 
 def _translate_response(result: Any) -> tuple[int, dict[str, list[str]], bytes]:
