@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from picoflow.compaction import summary_system_message
 from picoflow.errors import ModelUnavailableError, PicoFlowError
 from picoflow.messages import AiMessageEx, HumanMessageEx, ToolMessageEx, content_text, gen_message_id, is_direct
+from picoflow.models.context import calling_step
 from picoflow.models.selection import ModelSelection
 from picoflow.parallel import DirectResult, ParallelCancelledError, active_scope, current_signal, execution_frames
 from picoflow.recovery import (
@@ -153,9 +154,10 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         else:
             ai = outcome.ai.model_copy(update={"id": gen_message_id(step)})
             if ai.tool_calls and outcome.parsed is None:
-                step.get_memory().append(ai)
                 tools = await dispatch_tools(flow, step, ai)
-                step.get_memory().extend(tools.messages)
+                # The call and its results are stored together, after whatever the handlers did: a nested
+                # child sharing this namespace must never send a tool call whose results are not there yet.
+                step.get_memory().extend([ai, *tools.messages])
                 if tools.result is not None:
                     return tools.result.value
                 if tools.extra is not None and is_direct(tools.extra):
@@ -215,8 +217,11 @@ def _response_transition(flow: Flow, answer: Any) -> Transition | None:
 async def apply_transition(flow: Flow, transition: Transition) -> Step:
     """Apply one transition in the fixed order: goto, prompt, state, content type."""
     executing = flow.get_executing_step()
-    # Nested children compute; any route they return (stay and direct included) belongs to their owner.
-    flow.ensure_top_level(transition.step or executing.id)
+    target = transition.step or executing.id
+    # A nested child may stay on itself (a tool result fed back to its model) or reply directly (its result);
+    # moving the cursor, or finishing the session, belongs to the owning step.
+    if transition.finish or target != executing.id:
+        flow.ensure_top_level(target)
     if transition.finish or not transition.step or transition.step == executing.id:
         destination = executing
     else:
@@ -332,7 +337,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
         timeout = _attempt_timeout(flow, step)
         request = build_request(step)
         try:
-            output = await _invoke(runnable, request, timeout, signal)
+            output = await _invoke(runnable, request, timeout, signal, step.id)
         except TimeoutError as exc:
             limit = f"{timeout * 1000:.0f} ms"
             failure = _Failure("invocation_error", "timeout", f"the model call exceeded {limit}", attempt, exc)
@@ -390,8 +395,16 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
     return failure
 
 
-async def _invoke(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any) -> Any:
+async def _invoke(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any, step_id: str) -> Any:
     """One model invocation, bounded by ``timeout`` and abandoned as soon as ``signal`` is cancelled."""
+    token = calling_step.set(step_id)
+    try:
+        return await _invoke_bounded(runnable, request, timeout, signal)
+    finally:
+        calling_step.reset(token)
+
+
+async def _invoke_bounded(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any) -> Any:
     if signal is None:
         return await asyncio.wait_for(runnable.ainvoke(request), timeout)
     call = asyncio.ensure_future(runnable.ainvoke(request))

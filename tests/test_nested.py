@@ -173,9 +173,16 @@ async def test_a_child_returning_a_step_from_on_response_is_refused():
     assert state["error"] == GOTO_REFUSAL.format("DoneStep")
 
 
-async def test_a_tool_transition_inside_a_child_is_refused_even_stay():
-    state = await _delegate("StayChild", [call(("check", {}))])
-    assert state["error"] == GOTO_REFUSAL.format("StayChild")
+async def test_a_child_may_stay_on_itself_so_its_tool_result_reaches_its_model():
+    engine, model = scripted_engine([RefusalFlow], [call(("delegate", {})), call(("check", {})), text("checked"),
+                                                    text("ok")])
+    response = await engine.run("RefusalFlow", "go", config={"child": "StayChild"})
+    assert response.success and response.message == "ok"
+    doc = await engine.session_store.load(response.session)
+    owner = next(s.state for s in doc.flow.steps if s.name == "OwnerStep")
+    assert "error" not in owner and doc.flow.current_step == "OwnerStep"
+    # The child's model saw its own tool call answered with the stay feedback.
+    assert model.calls[2][-1].content == "again"
 
 
 async def test_an_unregistered_child_is_refused():

@@ -95,7 +95,7 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         # Every framing error the server answers itself (including the stdlib's own, such as a malformed
         # request line) is a JSON message like API Gateway's, and ends the connection.
         code = int(code)
-        text = _GATEWAY_MESSAGES.get(code) or HTTPStatus(code).phrase
+        text = _GATEWAY_MESSAGES.get(code) or self.responses.get(code, ("Error",))[0]
         self.log_error("code %d, message %s", code, message or text)
         headers = {"content-type": ["application/json"], "connection": ["close"]}
         if code == HTTPStatus.METHOD_NOT_ALLOWED:
@@ -152,9 +152,9 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
             return None
         # Repeated Content-Length fields are only acceptable when they all agree.
         values = {part.strip() for value in lengths for part in value.split(",")}
-        if len(values) != 1 or not _DIGITS.fullmatch(value := values.pop()):
+        if len(values) != 1 or not _DIGITS.fullmatch(next(iter(values))):
             raise _BadRequest
-        length = int(value)
+        length = int(values.pop())
         if length > MAX_PAYLOAD_BYTES:
             raise _PayloadTooLarge
         body = self._read_exactly(length)

@@ -21,13 +21,17 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from picoflow.errors import PicoFlowError
+from picoflow.models.context import calling_step
+from picoflow.models.conversation import check_conversation
 from picoflow.models.registry import ModelProvider
 from picoflow.models.selection import ModelSelection
 from picoflow.parsing import strip_fence
 
 Reply = AIMessage | Mapping[str, Any]
 
-_REPLY_KEYS = frozenset({"content", "tool_calls", "usage", "response_metadata", "refusal", "delay", "error"})
+_REPLY_KEYS = frozenset(
+    {"content", "tool_calls", "usage", "response_metadata", "refusal", "delay", "error", "step", "tools"}
+)
 _USAGE_KEYS = frozenset(
     {"input_tokens", "output_tokens", "total_tokens", "input_token_details", "output_token_details"}
 )
@@ -45,6 +49,12 @@ class ScriptedProvider(ModelProvider):
     optionally ``total_tokens``, ``input_token_details``, ``output_token_details``), ``response_metadata``,
     ``refusal`` (a provider refusal text, carried in ``additional_kwargs`` as OpenAI does),
     ``delay`` (seconds to wait before answering) and ``error`` (a message to raise instead of answering).
+    A reply with ``step`` (and optionally ``tools``, the exact set of tool names bound to the call) answers
+    only the model calls of that step, whatever order concurrent workers call in; replies without one are
+    served in order to every other call.
+
+    With ``strict`` (the default) every request is checked against the Chat Completions rules first (see
+    ``picoflow.models.conversation``): a conversation the real service would refuse fails here too.
     A provider block is scripted as ``{"response_metadata": {"finish_reason": "content_filter"}}``.
 
     For each call, ``calls`` holds copies of the messages the model received, ``tools`` the names of the
@@ -52,9 +62,11 @@ class ScriptedProvider(ModelProvider):
     provider shares its script; providers with different names keep independent scripts.
     """
 
-    def __init__(self, script: Iterable[Reply], name: str = "scripted") -> None:
+    def __init__(self, script: Iterable[Reply], name: str = "scripted", *, strict: bool = True) -> None:
         self.name = name
+        self.strict = strict
         self._script = [_checked_reply(reply, index) for index, reply in enumerate(script)]
+        self._used = [False] * len(self._script)
         self._cursor = 0
         self._lock = threading.Lock()
         self.calls: list[list[BaseMessage]] = []
@@ -76,26 +88,43 @@ class ScriptedProvider(ModelProvider):
     def remaining(self) -> int:
         """How many scripted replies have not been used yet."""
         with self._lock:
-            return len(self._script) - self._cursor
+            return self._used.count(False)
 
     def chat_model(self, selection: ModelSelection) -> ScriptedChatModel:
         """A chat model answering from this provider's script, whatever provider ``selection`` names."""
         return ScriptedChatModel(provider=self, selection=selection)
 
     def _take(self, messages: Sequence[BaseMessage], tool_names: list[str], selection: ModelSelection) -> _Turn:
+        step = calling_step.get()
         with self._lock:
             self.calls.append([message.model_copy(deep=True) for message in messages])
             self.tools.append(tool_names)
             self.selections.append(selection)
             call_number = len(self.calls)
-            if self._cursor >= len(self._script):
+            if self.strict:
+                # Refuse what the real service would refuse, before spending a reply on it.
+                check_conversation(messages)
+            index = self._next_reply(step, tool_names)
+            if index is None:
                 raise PicoFlowError(
-                    f"Scripted provider '{self.name}' has no reply for model call {call_number}: "
-                    f"its script held {len(self._script)} replies."
+                    f"Scripted provider '{self.name}' has no reply for model call {call_number}"
+                    f"{f' of step {step!r}' if step else ''}: its script held {len(self._script)} replies."
                 )
-            reply = self._script[self._cursor]
-            self._cursor += 1
+            self._used[index] = True
+            reply = self._script[index]
         return _Turn.build(reply, call_number, self.name, selection.name)
+
+    def _next_reply(self, step: str | None, tool_names: list[str]) -> int | None:
+        """The first unused reply keyed to this step (and tool set), else the next unkeyed one."""
+        for index, reply in enumerate(self._script):
+            if not self._used[index] and _answers(reply, step, tool_names):
+                return index
+        while self._cursor < len(self._script):
+            index = self._cursor
+            self._cursor += 1
+            if not self._used[index] and _key(self._script[index]) is None:
+                return index
+        return None
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -234,7 +263,26 @@ def _checked_reply(reply: Any, index: int) -> Reply:
     delay = reply.get("delay")
     if delay is not None and (not isinstance(delay, int | float) or delay < 0):
         raise PicoFlowError(f"{where} delay must be a non-negative number of seconds.")
+    if "step" in reply and (not isinstance(reply["step"], str) or not reply["step"]):
+        raise PicoFlowError(f"{where} step must name the step the reply answers.")
+    tools = reply.get("tools")
+    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
+        raise PicoFlowError(f"{where} tools must be a list of tool names.")
+    if tools is not None and "step" not in reply:
+        raise PicoFlowError(f"{where} names tools but no step.")
     return reply
+
+
+def _key(reply: Reply) -> tuple[str, frozenset[str] | None] | None:
+    if isinstance(reply, Mapping) and reply.get("step"):
+        tools = reply.get("tools")
+        return str(reply["step"]), frozenset(tools) if tools is not None else None
+    return None
+
+
+def _answers(reply: Reply, step: str | None, tool_names: list[str]) -> bool:
+    key = _key(reply)
+    return key is not None and key[0] == step and (key[1] is None or key[1] == frozenset(tool_names))
 
 
 def _with_ids(tool_calls: list[Any], call_number: int, provider_name: str) -> list[Any]:
