@@ -115,7 +115,7 @@ class Server:
         # The engine and its DynamoDB client are built on the first turn-like request: do it now (a delete of
         # an unknown id is one GetItem and writes nothing), so the scenarios time turns, not imports.
         status, _, body = self.request("POST", "/ai/end", headers={"CHAT_SESSION_ID": f"warm-up-{uuid.uuid4().hex}"})
-        assert status == 200 and body["success"] is True, f"{self.name} warm-up failed: {body}\n{self.log_tail()}"
+        assert status == 404 and body["code"] == "SESSION_NOT_FOUND", f"{self.name} warm-up: {body}\n{self.log_tail()}"
         return self
 
     def _wait_until_up(self) -> None:
