@@ -19,7 +19,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model, field_validator
 
 from picoflow.errors import PicoFlowError
-from picoflow.messages import content_text
+from picoflow.messages import CONTINUE_PREFIX, OPENER_TEXT, content_text
 from picoflow.models.selection import ModelSelection
 from picoflow.parallel import ParallelCancelledError, current_signal
 from picoflow.runner import EMPTY_RESPONSE_NUDGE, MIN_CALL_SECONDS, TurnDeadlineError
@@ -42,8 +42,6 @@ PROBABILITY_TOLERANCE = 0.01
 # Human messages the framework itself writes when it moves between steps (Step.on_crossing opens a fresh
 # step with "Start"; the runner enters a logic step with "Continue to step:<name>") or nudges a model that
 # answered with nothing. They are navigation, not something the user asked.
-_OPENER = "Start"
-_CONTINUE_PREFIX = "Continue to step:"
 
 
 # -- questions ---------------------------------------------------------------------------------
@@ -241,7 +239,7 @@ def read_conversation(
     """The human requests in ``messages``, leaving out the navigation messages the framework writes."""
     if isinstance(max_prior_requests, bool) or not isinstance(max_prior_requests, int) or max_prior_requests < 0:
         raise PicoFlowError("max_prior_requests must be a non-negative integer.")
-    navigation = {_OPENER, EMPTY_RESPONSE_NUDGE, *(f"{_CONTINUE_PREFIX}{name}" for name in step_names)}
+    navigation = {OPENER_TEXT, EMPTY_RESPONSE_NUDGE, *(f"{CONTINUE_PREFIX}{name}" for name in step_names)}
     requests = [
         text
         for message in messages

@@ -38,6 +38,7 @@ from picoflow.errors import (
 )
 from picoflow.flow import Flow
 from picoflow.logger import SessionLogger
+from picoflow.messages import is_opener
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.runner import TurnDeadlineError, run_turn
 from picoflow.session.document import FlowDoc, SessionDoc, TokenUsage
@@ -299,7 +300,9 @@ class FlowEngine:
             flow.bind(self, doc)
             if doc.revision == 0:
                 opener = await flow.get_current_step().on_start()
-                if opener is not None:
+                # The user's own first message opens the conversation; the synthetic opener only stands in
+                # for it on a first turn without one.
+                if opener is not None and not (turn.message and is_opener(opener)):
                     flow.get_current_step().get_memory().append(opener)
             else:
                 await flow.get_current_step().on_restore()
@@ -391,10 +394,15 @@ class FlowEngine:
         try:
             restored = await flow.on_restore_session_doc(stored)
             if restored is not None:
+                restored.normalise()
                 restored.check_invariant()
         except Exception as exc:  # noqa: BLE001 - the stored document stays as it is, for a fixed flow to resume
             raise _defect(exc, "RESTORE_FAILED", RestoreFailedError) from exc
         if restored is None:
+            return None
+        if not restored.flow.current_step or flow.get_step(restored.flow.current_step) is None:
+            # No cursor, or one this flow cannot resolve (a renamed step): decline rather than fail every turn.
+            _log.warning("Restored session declined: its current step is not defined", extra={"flow": flow.id})
             return None
         if restored is not stored:
             restored.receipts = stored.receipts

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from picoflow.step import Step
 
 DIRECT_KEY = "direct"
+#: What a step's model is shown on arrival when nothing else opens its turn.
+OPENER_TEXT = "Start"
+#: The framework's message when it enters a logic step, followed by the step's name.
+CONTINUE_PREFIX = "Continue to step:"
 
 
 def _step_name(owner: Step | str) -> str:
@@ -32,6 +36,11 @@ def message_step(message: BaseMessage | None) -> str | None:
     if message is None or not isinstance(message.id, str) or "|" not in message.id:
         return None
     return message.id.split("|", 1)[0]
+
+
+def is_opener(message: BaseMessage | None) -> bool:
+    """True for the synthetic human opener a step adds when nothing else opens its turn."""
+    return isinstance(message, HumanMessage) and message.content == OPENER_TEXT
 
 
 def is_direct(message: BaseMessage) -> bool:

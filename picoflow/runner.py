@@ -16,7 +16,15 @@ from pydantic import BaseModel, ValidationError
 
 from picoflow.compaction import summary_system_message
 from picoflow.errors import ModelUnavailableError, PicoFlowError
-from picoflow.messages import AiMessageEx, HumanMessageEx, ToolMessageEx, content_text, gen_message_id, is_direct
+from picoflow.messages import (
+    CONTINUE_PREFIX,
+    AiMessageEx,
+    HumanMessageEx,
+    ToolMessageEx,
+    content_text,
+    gen_message_id,
+    is_direct,
+)
 from picoflow.models.context import calling_step
 from picoflow.models.selection import ModelSelection
 from picoflow.parallel import DirectResult, ParallelCancelledError, active_scope, current_signal, execution_frames
@@ -129,7 +137,7 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         prior = step.id
 
         if step.is_logic():
-            step.get_memory().append(pending or HumanMessageEx(step, f"Continue to step:{step.id}"))
+            step.get_memory().append(pending or HumanMessageEx(step, f"{CONTINUE_PREFIX}{step.id}"))
             transition = as_transition(await step.run_logic())
             if transition is None:
                 raise PicoFlowError(f"Logic step '{step.id}' must return a step or a transition.")

@@ -12,7 +12,7 @@ from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
 from picoflow.errors import PicoFlowError
-from picoflow.messages import HumanMessageEx, message_step
+from picoflow.messages import OPENER_TEXT, HumanMessageEx, message_step
 from picoflow.models.selection import ModelSelection
 from picoflow.parallel import (
     CancellationSignal,
@@ -152,7 +152,7 @@ class Step:
     def on_crossing(self, message: BaseMessage | None, prior_step: str | None = None) -> BaseMessage | None:
         """Decide what this step's model sees on arrival; opens with "Start" when there is nothing."""
         if message is None and message_step(self.get_last_message()) != self.id:
-            return HumanMessageEx(self, "Start")
+            return HumanMessageEx(self, OPENER_TEXT)
         return message
 
     async def on_response(self, result: Any) -> Any:

@@ -7,6 +7,7 @@ context, state and messages are kept as plain JSON values.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -46,7 +47,7 @@ def format_timestamp(value: datetime) -> str:
 
 def validate_namespace(name: str) -> str:
     """Return ``name`` if it is a legal memory namespace key, else raise ``ValueError``."""
-    if not isinstance(name, str) or name in RESERVED_NAMESPACES or not NAMESPACE_PATTERN.match(name):
+    if not isinstance(name, str) or name in RESERVED_NAMESPACES or not NAMESPACE_PATTERN.fullmatch(name):
         raise ValueError(
             f"Invalid memory namespace {name!r}: use a letter followed by up to 127 letters, "
             "digits, '_' or '-'."
@@ -94,6 +95,14 @@ class MessageDoc(_Doc):
     status: Literal["success", "error"] | None = Field(default=None, exclude_if=_omit_none)
     tool_calls: list[ToolCallDoc] | None = Field(default=None, exclude_if=lambda v: not v)
     additional_kwargs: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: not v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _object_content_as_json(cls, data: Any) -> Any:
+        # Structured output was stored by the original runtime as the object itself: keep it as its JSON text.
+        if isinstance(data, dict) and isinstance(data.get("content"), dict):
+            data = {**data, "content": json.dumps(data["content"], ensure_ascii=False)}
+        return data
 
     @model_validator(mode="after")
     def _tool_messages_need_call_id(self) -> MessageDoc:
@@ -187,12 +196,48 @@ class FlowDoc(_Doc):
                     raise ValueError("legacy memory entries need a nameSpace")
                 converted[entry["nameSpace"]] = {"messages": entry.get("history") or []}
             data["memory"] = converted
-        sequence = data.get("sequence")
-        if isinstance(sequence, list):
-            data["sequence"] = [
-                {"level": 1, "stepName": item} if isinstance(item, str) else item for item in sequence
-            ]
+        data["sequence"] = normalise_sequence(data.get("sequence"))
+        steps = data.get("steps")
+        if isinstance(steps, list):
+            active = None
+            converted = []
+            for step in steps:
+                if isinstance(step, dict):
+                    step = dict(step)
+                    # The original runtime marked the cursor on the step itself rather than in currentStep.
+                    if step.pop("isActive", False) and active is None:
+                        active = step.get("name")
+                    legacy_model = _legacy_step_model(step, data.get("model"))
+                    if legacy_model is not None and step.get("model") is None:
+                        step["model"] = legacy_model
+                converted.append(step)
+            data["steps"] = converted
+            if not data.get("currentStep") and active:
+                data["currentStep"] = active
         return data
+
+
+def normalise_sequence(sequence: Any) -> Any:
+    """Plain step names (an older form) as level-1 sequence entries; anything else as it is."""
+    if not isinstance(sequence, list):
+        return sequence
+    return [{"level": 1, "stepName": item} if isinstance(item, str) else item for item in sequence]
+
+
+def _legacy_step_model(step: dict[str, Any], flow_model: Any) -> dict[str, Any] | None:
+    """A step's model from the original runtime's ``modelName`` / ``modelParamsName`` / ``modelParams``."""
+    name = step.pop("modelName", None)
+    params_name = step.pop("modelParamsName", None)
+    params = step.pop("modelParams", None)
+    if not name and not params:
+        return None
+    default = flow_model if isinstance(flow_model, dict) else {}
+    # The params type is named after its provider (e.g. "OpenAIParams" or "openai").
+    provider = str(params_name).lower().removesuffix("params").strip(" _-") if params_name else ""
+    provider = provider or default.get("provider")
+    if not provider:
+        return None
+    return {"provider": provider, "name": name or default.get("name") or "", "params": dict(params or {})}
 
 
 class SessionDoc(_Doc):
@@ -281,6 +326,9 @@ class SessionDoc(_Doc):
             return data
         data = dict(data)
         data.pop("expireAfter", None)  # older releases persisted an expiry; policy now lives in the flow
+        legacy_id = data.pop("_id", None)  # a document database's own key, beside or instead of ``id``
+        if not data.get("id") and legacy_id is not None:
+            data["id"] = str(legacy_id)
         if "flows" in data:
             flows = data.pop("flows")
             if "flow" in data or not isinstance(flows, list) or len(flows) != 1:
@@ -305,6 +353,12 @@ class SessionDoc(_Doc):
     def to_json_dict(self) -> dict[str, Any]:
         """The portable camelCase JSON form of this document."""
         return self.model_dump(by_alias=True, mode="json")
+
+    def normalise(self) -> None:
+        """Bring shapes an older writer (or a restore hook) put into this loaded document to the current form."""
+        if any(not isinstance(item, SequenceItem) for item in self.flow.sequence):
+            items = normalise_sequence(list(self.flow.sequence))
+            self.flow.sequence = [SequenceItem.model_validate(item) for item in items]
 
     def check_invariant(self) -> None:
         """Re-check the one-flow invariant on a document that may have been mutated in place."""
