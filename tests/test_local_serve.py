@@ -4,13 +4,15 @@ import io
 import json
 import os
 import re
+import socket
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, CORSConfig, Response
 
 import handlers.api
 from picoflow import Flow, ModelSelection, Step
@@ -227,6 +229,242 @@ def test_handler_exception_is_a_bare_500(start_server, capsys):
     assert status == 500
     assert json.loads(body) == {"message": "Internal Server Error"}
     assert "boom" in capsys.readouterr().err
+
+
+# --- HTTP framing and methods: the server's own answers, as API Gateway gives them ----------------
+
+
+def raw_exchange(url: str, data: bytes, *, half_close: bool = False) -> tuple[int, Any, bytes, bytes]:
+    """Send ``data`` verbatim; return the response's status, headers, body and whatever follows it.
+
+    The last item is ``b""`` when the server closed the connection after the response, so a test reading
+    it also knows the server has finished with the request (and written anything it logs).
+    """
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        response = http.client.HTTPResponse(sock, method=data.split(b" ", 1)[0].decode())
+        response.begin()
+        body = response.read()
+        return response.status, response.headers, body, sock.recv(1)
+
+
+def assert_gateway_error(exchange, status: int, message: str) -> None:
+    code, headers, body, after = exchange
+    assert code == status
+    assert headers["content-type"] == "application/json"
+    assert headers["connection"] == "close"
+    assert json.loads(body) == {"message": message}
+    assert after == b""  # the connection was closed
+
+
+@pytest.mark.parametrize("length", ["abc", "-1", "+3", "0x3", "1_0", "3, 4", ""])
+def test_malformed_content_length_is_a_400_without_invoking(start_server, capsys, length):
+    fake = FakeLambda()
+    url = start_server(fake)
+    data = f"POST /ai/run HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\nabc".encode()
+    assert_gateway_error(raw_exchange(url, data), 400, "Bad Request")
+    assert fake.events == []
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_conflicting_repeated_content_lengths_are_a_400(start_server):
+    fake = FakeLambda()
+    url = start_server(fake)
+    data = b"POST /ai/run HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 2\r\n\r\nabc"
+    assert_gateway_error(raw_exchange(url, data), 400, "Bad Request")
+    assert fake.events == []
+
+
+def test_agreeing_repeated_content_lengths_are_accepted(start_server):
+    fake = FakeLambda()
+    url = start_server(fake)
+    framing = b"Content-Type: text/plain\r\nContent-Length: 3\r\nContent-Length: 3\r\nConnection: close\r\n"
+    data = b"POST /ai/run HTTP/1.1\r\n" + framing + b"\r\nabc"
+    status, _, _, _ = raw_exchange(url, data)
+    assert status == 200
+    assert fake.events[0]["body"] == "abc"
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        b"zz\r\n",  # not a hex size
+        b"-1\r\n",
+        b"0x3\r\nabc\r\n0\r\n\r\n",
+        b"\r\n",  # no size at all
+        b"3\r\nabcde\r\n0\r\n\r\n",  # more data than the size announced
+        b"3\r\nabc" + b"x" * 70_000 + b"\r\n",  # an endless line where the chunk should end
+    ],
+    ids=["not-hex", "negative", "0x-prefix", "empty-size", "overlong-chunk", "endless-line"],
+)
+def test_malformed_chunk_is_a_400_without_invoking(start_server, capsys, chunks):
+    fake = FakeLambda()
+    url = start_server(fake)
+    data = b"POST /ai/run HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
+    assert_gateway_error(raw_exchange(url, data), 400, "Bad Request")
+    assert fake.events == []
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_chunk_extensions_and_trailers_are_accepted(start_server):
+    fake = FakeLambda()
+    url = start_server(fake)
+    chunks = b"3;name=value\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n"
+    framing = b"Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
+    data = b"POST /ai/run HTTP/1.1\r\n" + framing + b"\r\n" + chunks
+    status, _, _, _ = raw_exchange(url, data)
+    assert status == 200
+    assert fake.events[0]["body"] == "abcde"
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n",
+        b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n",
+        b"Transfer-Encoding: gzip\r\n",
+        b"Transfer-Encoding: gzip, chunked\r\n",
+    ],
+    ids=["length-then-chunked", "chunked-then-length", "gzip", "gzip-chunked"],
+)
+def test_ambiguous_or_unknown_framing_is_a_400_without_invoking(start_server, capsys, framing):
+    fake = FakeLambda()
+    url = start_server(fake)
+    data = b"POST /ai/run HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n3\r\nabc\r\n0\r\n\r\n"
+    assert_gateway_error(raw_exchange(url, data), 400, "Bad Request")
+    assert fake.events == []
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("framing", "partial"),
+    [
+        (b"Content-Length: 10\r\n", b"abc"),
+        (b"Transfer-Encoding: chunked\r\n", b"a\r\nabc"),  # inside a chunk
+        (b"Transfer-Encoding: chunked\r\n", b"3\r\nabc\r\n"),  # before the last chunk
+        (b"Transfer-Encoding: chunked\r\n", b"3\r\nabc\r\n0\r\n"),  # before the end of the trailers
+        (b"Transfer-Encoding: chunked\r\n", b"3"),  # inside a size line
+    ],
+    ids=["content-length", "in-chunk", "before-last-chunk", "in-trailers", "in-size-line"],
+)
+def test_body_cut_short_is_not_invoked(start_server, capsys, framing, partial):
+    fake = FakeLambda()
+    url = start_server(fake)
+    data = b"POST /ai/run HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + partial
+    # The client stops sending; one that still listens hears a 400.
+    assert_gateway_error(raw_exchange(url, data, half_close=True), 400, "Bad Request")
+    assert fake.events == []
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_client_gone_mid_body_is_closed_quietly(start_server, capsys, monkeypatch):
+    done = threading.Event()
+    shutdown_request = LambdaHTTPServer.shutdown_request
+
+    def finished(self, request):
+        shutdown_request(self, request)
+        done.set()
+
+    monkeypatch.setattr(LambdaHTTPServer, "shutdown_request", finished)
+    fake = FakeLambda()
+    url = start_server(fake)
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(b"POST /ai/run HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+    # Close with a reset, so answering the client fails too.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    assert done.wait(10)
+    assert fake.events == []
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_server_errors_other_than_a_gone_client_are_still_reported(capsys):
+    server = make_server("127.0.0.1", 0, FakeLambda())
+    try:
+        for error in (BrokenPipeError(), ConnectionResetError(), ValueError("real fault")):
+            try:
+                raise error
+            except Exception:
+                server.handle_error(None, ("127.0.0.1", 1))
+    finally:
+        server.server_close()
+    err = capsys.readouterr().err
+    assert "real fault" in err
+    assert "BrokenPipeError" not in err and "ConnectionResetError" not in err
+
+
+def test_head_is_answered_as_the_get_without_a_body(start_server):
+    def respond(event):
+        if event["routeKey"] != "GET /health":
+            return {"statusCode": 404, "body": "{}"}
+        return {"statusCode": 200, "headers": {"Content-Type": "application/json", "X-Check": "1"},
+                "body": '{"status":"ok"}'}
+
+    fake = FakeLambda(respond)
+    url = start_server(fake)
+    raw = b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    head, get = re.split(rb"(?=HTTP/1\.1 )", received)[1:]
+    # The HEAD answer is the GET's status line and headers with no body bytes before the next response.
+    assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n")
+    assert b"Content-Length: 15\r\n" in head and b"X-Check: 1\r\n" in head
+    assert get.endswith(b'\r\n\r\n{"status":"ok"}')
+    assert [event["routeKey"] for event in fake.events] == ["GET /health", "GET /health"]
+    assert fake.events[0]["requestContext"]["http"]["method"] == "GET"
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH", "OPTIONS", "POST", "GET"])
+def test_route_methods_reach_the_handler(start_server, method):
+    fake = FakeLambda(lambda event: {"statusCode": 404, "body": '{"success":false,"code":"NOT_FOUND"}'})
+    url = start_server(fake)
+    status, _, body = request(url, method, "/ai/run", b"{}" if method in ("PUT", "PATCH", "POST") else None)
+    assert (status, json.loads(body)) == (404, {"success": False, "code": "NOT_FOUND"})
+    (event,) = fake.events
+    assert event["routeKey"] == f"{method} /ai/run"
+    assert event["requestContext"]["http"]["method"] == method
+
+
+def test_cors_preflight_is_the_handlers_to_answer(start_server):
+    app = APIGatewayHttpResolver(cors=CORSConfig(allow_origin="https://app.example.com", max_age=60))
+
+    @app.post("/ai/run")
+    def run():
+        return {}
+
+    url = start_server(lambda event, context: app.resolve(event, context))
+    preflight = {"Origin": "https://app.example.com", "Access-Control-Request-Method": "POST"}
+    status, headers, _ = request(url, "OPTIONS", "/ai/run", headers=preflight)
+    assert status == 204
+    assert headers["access-control-allow-origin"] == "https://app.example.com"
+    assert "POST" in headers["access-control-allow-methods"]
+
+
+@pytest.mark.parametrize("method", ["BREW", "TRACE", "CONNECT", "get"])
+def test_unknown_method_is_a_405_without_invoking(start_server, capsys, method):
+    fake = FakeLambda()
+    url = start_server(fake)
+    exchange = raw_exchange(url, f"{method} /ai/run HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}".encode())
+    assert_gateway_error(exchange, 405, "Method Not Allowed")
+    assert set(exchange[1]["allow"].split(", ")) == {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+    assert fake.events == []
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_servers_own_header_errors_are_json_too(start_server):
+    fake = FakeLambda()
+    url = start_server(fake)
+    data = b"GET /health HTTP/1.1\r\nX-Big: " + b"x" * 70_000 + b"\r\n\r\n"
+    assert_gateway_error(raw_exchange(url, data), 431, "Request Header Fields Too Large")
+    assert fake.events == []
 
 
 # --- http_event and the sample events against Powertools' own resolver ------------------------
@@ -466,6 +704,21 @@ def test_chat_through_the_real_handler(real_handler_env, start_server, capsys):
     assert "GreeterFlow> Still here" in lines
     (session,) = [m.group(1) for line in lines if (m := re.fullmatch(r"\[session (\w+)\]", line))]
     assert f"[session {session} ended]" in lines
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_head_and_options_through_the_real_handler(real_handler_env, start_server):
+    url = start_server(handlers.api.lambda_handler)
+    get_status, get_headers, get_body = request(url, "GET", "/health")
+    head_status, head_headers, head_body = request(url, "HEAD", "/health")
+    assert (get_status, json.loads(get_body)) == (200, {"status": "ok"})
+    assert (head_status, head_body) == (200, b"")
+    assert head_headers["content-length"] == get_headers["content-length"] == str(len(get_body))
+    assert head_headers["content-type"] == get_headers["content-type"]
+    # Without CORS the handler has no OPTIONS route: its own 404, not a refusal by the server.
+    status, _, body = request(url, "OPTIONS", "/ai/run")
+    assert status == 404
+    assert json.loads(body) != {"message": "Method Not Allowed"}
 
 
 def test_default_server_uses_the_project_handler(real_handler_env):

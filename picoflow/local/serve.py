@@ -92,8 +92,8 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         return True
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        # Every framing error the server answers itself (including the stdlib's own, such as a malformed
-        # request line) is a JSON message like API Gateway's, and ends the connection.
+        # Every framing error the server answers itself (including the stdlib's own, such as an oversized
+        # header) is a JSON message like API Gateway's, and ends the connection.
         code = int(code)
         text = _GATEWAY_MESSAGES.get(code) or self.responses.get(code, ("Error",))[0]
         self.log_error("code %d, message %s", code, message or text)
