@@ -38,7 +38,6 @@ from picoflow.errors import (
 )
 from picoflow.flow import Flow
 from picoflow.logger import SessionLogger
-from picoflow.messages import is_opener
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.runner import TurnDeadlineError, run_turn
 from picoflow.session.document import FlowDoc, SessionDoc, TokenUsage
@@ -300,9 +299,7 @@ class FlowEngine:
             flow.bind(self, doc)
             if doc.revision == 0:
                 opener = await flow.get_current_step().on_start()
-                # The user's own first message opens the conversation; the synthetic opener only stands in
-                # for it on a first turn without one.
-                if opener is not None and not (turn.message and is_opener(opener)):
+                if opener is not None:
                     flow.get_current_step().get_memory().append(opener)
             else:
                 await flow.get_current_step().on_restore()

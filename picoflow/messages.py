@@ -38,11 +38,6 @@ def message_step(message: BaseMessage | None) -> str | None:
     return message.id.split("|", 1)[0]
 
 
-def is_opener(message: BaseMessage | None) -> bool:
-    """True for the synthetic human opener a step adds when nothing else opens its turn."""
-    return isinstance(message, HumanMessage) and message.content == OPENER_TEXT
-
-
 def is_direct(message: BaseMessage) -> bool:
     return isinstance(message, AIMessage) and bool(message.additional_kwargs.get(DIRECT_KEY))
 

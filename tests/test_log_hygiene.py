@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 import handlers.api as api
-from picoflow import Flow, ModelSelection, Step, ToolSpec, tool
+from picoflow import Flow, ModelSelection, Step, ToolSpec, stay, tool
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -39,7 +39,7 @@ class DeskStep(Step):
 
     @tool
     async def lookup_account(self, args: dict) -> object:
-        return {"found": True, "owner": "someone"}
+        return stay("Found the account of someone.")
 
 
 class DeskFlow(Flow):

@@ -442,11 +442,11 @@ async def test_workers_read_snapshots_and_keep_private_state_and_memory():
     assert response.success, response.message
     requests = sorted(([m.content for m in c] for c in model.calls), key=lambda c: c[0])
     assert requests == [
-        ["Describe the cast.", "earlier in the conversation", "go cast"],
-        ["Describe the plot.", "earlier in the conversation", "go plot"],
+        ["Describe the cast.", "Start", "earlier in the conversation", "go cast"],
+        ["Describe the plot.", "Start", "earlier in the conversation", "go plot"],
     ]
     # Raw worker histories are discarded; outputs and published state carry the results.
-    assert seen["shared"] == ["earlier in the conversation"]
+    assert seen["shared"] == ["Start", "earlier in the conversation"]
     outputs = {b.key: b.output for b in seen["batch"].branches}
     assert seen["answers"] == outputs and set(outputs.values()) == {"plot answer", "cast answer"}
     doc = await engine.session_store.load(response.session)

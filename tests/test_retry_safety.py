@@ -58,8 +58,8 @@ HOLD_TIMEOUT_SECONDS = 20
 FROZEN_LAMBDA_TIMEOUT_SECONDS = 8
 _LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:(\d+))")
 _FAILURE_KEYS = {"success", "completed", "message", "session", "code", "requestId"}
-#: What a session's first turn puts before the user's message: nothing, the user's message opens it.
-OPENER: list[tuple[str, str]] = []
+#: What a session's first turn puts before the user's message: the step's opener (``Step`` enters with "Start").
+OPENER = [("human", "Start")]
 
 Response = tuple[int, dict[str, str], Any]
 

@@ -89,15 +89,14 @@ async def load(engine, session_id):
     return await engine.session_store.load(session_id)
 
 
-async def test_a_new_session_opens_with_the_users_own_message():
+async def test_new_session_opens_with_start_and_user_message():
     engine, model = scripted_engine([BasicTestFlow], [text("What is your name?")])
     response = await engine.run("BasicTestFlow", "Hi", config={"tenant": "t1"})
     assert response.success and not response.completed
     assert response.message == "What is your name?"
     first_call = model.calls[0]
     assert isinstance(first_call[0], SystemMessage) and first_call[0].content == "Collect the user's full name."
-    # The user's first message opens the conversation; no synthetic opener goes before it.
-    assert [m.content for m in first_call[1:]] == ["Hi"]
+    assert [m.content for m in first_call[1:]] == ["Start", "Hi"]
     assert model.tools[0] == ["capture_name", "show_card", "end_chat"]
     doc = await load(engine, response.session)
     assert doc.revision == 1
@@ -105,7 +104,7 @@ async def test_a_new_session_opens_with_the_users_own_message():
     assert doc.flow.context == {"config": {"tenant": "t1"}}
     assert [(s.level, s.step_name) for s in doc.flow.sequence] == [(1, "NameStep")]
     messages = doc.flow.memory["default"].messages
-    assert [m.type for m in messages] == ["system", "human", "ai"]
+    assert [m.type for m in messages] == ["system", "human", "human", "ai"]
     assert all(m.id.startswith("NameStep|") for m in messages[1:])
 
 

@@ -196,7 +196,8 @@ class FlowDoc(_Doc):
                     raise ValueError("legacy memory entries need a nameSpace")
                 converted[entry["nameSpace"]] = {"messages": entry.get("history") or []}
             data["memory"] = converted
-        data["sequence"] = normalise_sequence(data.get("sequence"))
+        if "sequence" in data:
+            data["sequence"] = normalise_sequence(data["sequence"])
         steps = data.get("steps")
         if isinstance(steps, list):
             active = None
