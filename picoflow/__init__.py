@@ -45,6 +45,7 @@ from picoflow.parallel import (
     StepChannels,
     direct_result,
 )
+from picoflow.prompts import load_prompt, prompt, render
 from picoflow.recovery import (
     LlmAttemptErrorContext,
     LlmBlockedContext,
@@ -127,6 +128,9 @@ __all__ = [
     "direct_to",
     "finish",
     "go",
+    "load_prompt",
+    "prompt",
+    "render",
     "retry_with_model",
     "stay",
     "tool",

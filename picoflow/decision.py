@@ -38,10 +38,10 @@ RESERVED_FACT_KEYS = frozenset({"request", "priorRequests"})
 DEFAULT_MAX_PRIOR_REQUESTS = 4
 # Probability distributions may be rounded by the provider; this much drift from 1 is accepted.
 PROBABILITY_TOLERANCE = 0.01
-
-# Human messages the framework itself writes when it moves between steps (Step.on_crossing opens a fresh
-# step with "Start"; the runner enters a logic step with "Continue to step:<name>") or nudges a model that
-# answered with nothing. They are navigation, not something the user asked.
+#: Attempts after the first one when a decision call fails transiently (0: a single attempt).
+DEFAULT_DECISION_MAX_RETRIES = 0
+#: Wall-clock limit of one decision attempt, in milliseconds.
+DEFAULT_DECISION_TIMEOUT_MS = 30_000
 
 
 # -- questions ---------------------------------------------------------------------------------
@@ -239,6 +239,8 @@ def read_conversation(
     """The human requests in ``messages``, leaving out the navigation messages the framework writes."""
     if isinstance(max_prior_requests, bool) or not isinstance(max_prior_requests, int) or max_prior_requests < 0:
         raise PicoFlowError("max_prior_requests must be a non-negative integer.")
+    # The framework's own human messages (the opener of a step entered with nothing to say, the hand-over into
+    # a logic step, the nudge after an empty answer) are navigation, not something the user asked.
     navigation = {OPENER_TEXT, EMPTY_RESPONSE_NUDGE, *(f"{CONTINUE_PREFIX}{name}" for name in step_names)}
     requests = [
         text
@@ -314,13 +316,17 @@ class DecisionErrorContext:
 
 
 class DecisionConfig(BaseModel):
-    """The resolved decision policy of one step; ``max_retries`` counts attempts after the first."""
+    """The resolved decision policy of one step.
+
+    ``max_retries`` counts attempts after the first (unlike a chat selection's ``retry_attempts``, which is the
+    total); ``timeout_ms`` limits each attempt, and ``None`` leaves only the turn's own deadline.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: ModelSelection | None = None
-    max_retries: int = Field(default=1, ge=0, strict=True)
-    timeout_ms: int | None = Field(default=None, gt=0, strict=True)
+    max_retries: int = Field(default=DEFAULT_DECISION_MAX_RETRIES, ge=0, strict=True)
+    timeout_ms: int | None = Field(default=DEFAULT_DECISION_TIMEOUT_MS, gt=0, strict=True)
 
 
 def resolve_decision_config(layers: Sequence[tuple[str, Any]], default_model: ModelSelection) -> DecisionConfig:

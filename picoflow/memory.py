@@ -23,6 +23,11 @@ class Namespace:
     # messages are history and are never edited in place, so saving can reuse these instead of re-encoding.
     stored: dict[int, tuple[BaseMessage, MessageDoc]] = field(default_factory=dict, repr=False)
 
+    def erase(self) -> list[BaseMessage]:
+        """Drop every message but the system slot; the summary is a separate record and stays."""
+        del self.messages[1:]
+        return self.messages
+
     def dump(self) -> NamespaceDoc:
         return NamespaceDoc(
             messages=[self._stored_form(message) for message in self.messages],
@@ -68,6 +73,12 @@ class Memory:
         elif isinstance(space, NamespaceDoc):
             space = self._spaces[name] = _hydrate(space)
         return space
+
+    def clear_summary(self, name: str) -> None:
+        """Forget the rolling summary of namespace ``name``; its messages stay."""
+        space = self.namespace(name)
+        space.summary = None
+        space.summarized_through_id = None
 
     def messages(self, name: str) -> list[BaseMessage]:
         return self.namespace(name).messages

@@ -1,13 +1,29 @@
-"""Prompt files kept beside the steps that use them, with ``{placeholder}`` templating."""
+"""Prompt files kept beside the steps that use them, and placeholder templating for them.
+
+A template names a value with ``{{NAME}}`` (spaces inside the braces are ignored, and the name may be any
+text without braces) or with the short form ``{name}`` (an identifier). Both forms follow one rule:
+
+* a string is inserted as it is;
+* any other value is inserted as JSON, so ``0`` renders ``0``, ``False`` renders ``false``, ``""`` renders
+  nothing, and dicts, lists and pydantic models render as JSON documents;
+* a name with no value, or with the value ``None``, leaves its placeholder untouched, so a forgotten value
+  stays visible in the rendered prompt instead of silently disappearing.
+
+Text in braces that is not a placeholder, such as a JSON example, is left alone.
+"""
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
+from pydantic import BaseModel
+
+_PLACEHOLDER = re.compile(r"\{\{\s*(?P<long>[^{}]*?)\s*\}\}|\{(?P<short>[A-Za-z_][A-Za-z0-9_.]*)\}")
 
 
 @lru_cache(maxsize=256)
@@ -16,20 +32,39 @@ def _read(path: Path) -> str:
 
 
 def load_prompt(name: str, near: str) -> str:
-    """Read prompt file ``name`` from the folder of the module file ``near`` (pass ``__file__``); cached."""
+    """Read prompt file ``name``, relative to the folder of the module file ``near`` (pass ``__file__``).
+
+    Each file is read once per process and then served from a cache; a missing file raises
+    ``FileNotFoundError``, so loading prompts at module level fails at import time.
+    """
     return _read((Path(near).resolve().parent / name).resolve())
 
 
-def render(template: str, /, **values: Any) -> str:
-    """Fill ``{name}`` placeholders; unknown ones stay visible so a missing value is easy to spot."""
+def format_value(value: Any) -> str:
+    """The text a placeholder is replaced with: strings as they are, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def render(template: str, values: Mapping[str, Any] | None = None, /, **named: Any) -> str:
+    """Fill the ``{{NAME}}`` and ``{name}`` placeholders of ``template``.
+
+    Values come from the optional ``values`` mapping (for names that are not Python identifiers) and from
+    keyword arguments, which win. Missing and ``None`` values keep their placeholder; falsy values such as
+    ``0``, ``False`` and ``""`` are rendered (see the module documentation).
+    """
+    merged = {**(values or {}), **named}
 
     def fill(match: re.Match[str]) -> str:
-        key = match.group(1)
-        return str(values[key]) if key in values and values[key] is not None else match.group(0)
+        value = merged.get(match.group("long") if match.group("long") is not None else match.group("short"))
+        return match.group(0) if value is None else format_value(value)
 
     return _PLACEHOLDER.sub(fill, template)
 
 
-def prompt(file: str, near: str, /, **values: Any) -> str:
-    """Load and render a prompt file in one call."""
-    return render(load_prompt(file, near), **values)
+def prompt(file: str, near: str, values: Mapping[str, Any] | None = None, /, **named: Any) -> str:
+    """Load prompt file ``file`` next to module ``near`` and render it: ``load_prompt`` then ``render``."""
+    return render(load_prompt(file, near), values, **named)

@@ -103,7 +103,11 @@ class Step:
         return self
 
     def use_model(self, selection: ModelSelection | dict[str, Any]) -> Step:
-        """Use another model than the flow's for this step."""
+        """Use another model than the flow's for this step.
+
+        Leave out ``retry_attempts`` to keep the flow's attempt budget; the flow's params are merged in only
+        when the provider and model name are the same as the flow's.
+        """
         self._model_override = selection if isinstance(selection, ModelSelection) else ModelSelection(**selection)
         return self
 
@@ -112,14 +116,10 @@ class Step:
         return self._namespace or self.id
 
     def model_selection(self) -> ModelSelection:
-        """The effective selection: the override, merged with the flow's params only for the same model."""
+        """The effective selection: the flow's, or this step's override inheriting what it leaves unset."""
         base = self.flow.model_selection()
         override = self._model_override
-        if override is None:
-            return base
-        if override.provider == base.provider and override.name == base.name:
-            return override.model_copy(update={"params": {**base.params, **override.params}})
-        return override
+        return base if override is None else override.inherit(base)
 
     # -- hooks --------------------------------------------------------------------------------
 
@@ -249,12 +249,12 @@ class Step:
         return messages[-1] if len(messages) > 1 else None
 
     def erase_memory(self) -> list[BaseMessage]:
-        """Clear this namespace's history (and summary); state is untouched."""
-        space = self.flow.get_memory().namespace(self.namespace)
-        del space.messages[1:]
-        space.summary = None
-        space.summarized_through_id = None
-        return space.messages
+        """Clear this namespace's messages (every step sharing it loses them); state is untouched.
+
+        A rolling summary of the namespace is kept and still reaches the model; call
+        ``flow.get_memory().clear_summary(namespace)`` as well for a completely fresh start.
+        """
+        return self.flow.get_memory().namespace(self.namespace).erase()
 
     def gen_message_id(self) -> str:
         from picoflow.messages import gen_message_id

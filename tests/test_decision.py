@@ -546,7 +546,7 @@ async def test_the_failure_propagates_and_aborts_the_session_when_no_hook_recove
     assert not response.success
     assert response.error_code == "TURN_FAILED" and response.message == public_message("TURN_FAILED")
     assert "decision service down" in response.detail
-    assert len(decisions.requests) == 2  # the default max_retries is one additional attempt
+    assert len(decisions.requests) == 1  # by default a failed decision call is not retried
     doc = await stored(engine, response.session)
     assert doc["runStatus"] == "aborted"
     assert doc["error"][-1]["errorType"] == "RuntimeError"
@@ -597,7 +597,7 @@ async def test_a_timed_out_attempt_is_retried_and_providers_may_classify_their_e
 
     class TimedFlow(SupportFlow):
         def define_steps(self) -> list[Step]:
-            return [IntakeStep(self).use_decision(timeout_ms=50), QuickStep(self), SpecialistStep(self)]
+            return [IntakeStep(self).use_decision(timeout_ms=50, max_retries=1), QuickStep(self), SpecialistStep(self)]
 
     engine.register_flow(TimedFlow)
     response = await engine.run("TimedFlow", "Hello")
@@ -606,7 +606,7 @@ async def test_a_timed_out_attempt_is_retried_and_providers_may_classify_their_e
 
     picky = Picky([ValueError("bad request"), answers()])
     engine.decision_providers["decider"] = picky
-    response = await engine.run("SupportFlow", "Hello")
+    response = await engine.run("TimedFlow", "Hello")  # one retry allowed, but the provider calls it permanent
     assert not response.success and len(picky.requests) == 1
 
 
@@ -641,7 +641,13 @@ def test_decision_options_resolve_flow_then_step_then_use_decision():
             return [IntakeStep(self)]
 
     config = collected(Defaults).require_step("IntakeStep").decision_config()
-    assert (config.model, config.max_retries, config.timeout_ms) == (CHAT, 1, None)
+    assert (config.model, config.max_retries, config.timeout_ms) == (CHAT, 0, 30_000)
+
+    class NoAttemptLimit(Defaults):
+        def config_decision(self) -> dict[str, Any]:
+            return {"timeout_ms": None}
+
+    assert collected(NoAttemptLimit).require_step("IntakeStep").decision_config().timeout_ms is None
 
 
 def test_invalid_decision_options_are_refused():
