@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from picoflow.models.conversation import IllegalConversationError, check_convers
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.parallel import RunStepRequest
 from tests.support.engine import call, scripted_engine, text
+from tests.support.fake_openai import CHAT_COMPLETIONS_PATH, FakeOpenAIServer
 
 
 class NoArgs(BaseModel):
@@ -264,3 +268,19 @@ def test_keyed_replies_are_validated():
         ScriptedProvider([{"content": "x", "tools": ["a"]}])
     with pytest.raises(PicoFlowError, match="step must name"):
         ScriptedProvider([{"content": "x", "step": ""}])
+
+
+def test_the_fake_chat_server_refuses_an_illegal_conversation_as_the_real_one_does():
+    illegal = {"model": "m", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "x", "type": "function",
+                                                               "function": {"name": "t", "arguments": "{}"}}]},
+        {"role": "user", "content": "next"},
+    ]}
+    with FakeOpenAIServer([{"never": "served"}]) as server:
+        request = urllib.request.Request(server.url + CHAT_COMPLETIONS_PATH, data=json.dumps(illegal).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 400
+    assert "before the results of tool calls x" in json.loads(refused.value.read())["error"]["message"]

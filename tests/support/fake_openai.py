@@ -7,6 +7,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from picoflow.models.conversation import conversation_problems
+
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 
 
@@ -81,9 +83,13 @@ class FakeOpenAIServer:
         self._thread.join(timeout=5)
 
     def _next(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        problems = conversation_problems(body.get("messages") or [])
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
+            if problems:
+                # As the real service does: the request is refused and no response is spent on it.
+                return 400, {"error": {"message": problems[0], "type": "invalid_request_error"}}
             if not self._responses:
                 return 500, {"error": {"message": "the fake server has no response left", "type": "server_error"}}
             response = self._responses.pop(0)
