@@ -104,9 +104,19 @@ class _Failure:
         return ModelUnavailableError(text)
 
 
+_THROTTLING_NAMES = frozenset({"RateLimitError", "ThrottlingException", "ResourceExhausted", "TooManyRequests"})
+
+
 def _is_throttling(error: BaseException | None) -> bool:
-    # OpenAI-style clients raise RateLimitError with status 429; others expose only the status.
-    return getattr(error, "status_code", None) == 429 or type(error).__name__ == "RateLimitError"
+    # OpenAI-style clients raise RateLimitError with status 429, Google's ResourceExhausted carries code 429,
+    # and botocore's ClientError names ThrottlingException in its response.
+    if error is None:
+        return False
+    if 429 in (getattr(error, "status_code", None), getattr(error, "code", None)):
+        return True
+    response = getattr(error, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return type(error).__name__ in _THROTTLING_NAMES or code in _THROTTLING_NAMES
 
 
 async def run_turn(flow: Flow, user_message: str | None) -> Any:

@@ -159,7 +159,7 @@ def test_default_registry_uses_picoflow_script_as_override(tmp_path: Path) -> No
     assert isinstance(offline.override, ScriptedProvider)
     assert offline.chat_model(ModelSelection(provider="openai", name="gpt-4o")).invoke("hi").content == "offline"
     assert online.override is None
-    assert online.names() == ["openai"]
+    assert online.names()[0] == "openai" and "bedrock" in online.names() and "scripted" not in online.names()
 
 
 # -- OpenAI catalog and parameter checks ---------------------------------------------------------

@@ -304,3 +304,59 @@ def test_reserved_concurrency(template, function):
     assert function["ReservedConcurrentExecutions"] == {
         "Fn::If": ["HasReservedConcurrency", {"Ref": "ReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
     }
+
+
+# Value of BedrockModelId -> whether the parameter accepts it.
+BEDROCK_MODEL_IDS = {
+    "": True,  # no Bedrock access
+    "amazon.nova-lite-v1:0": True,
+    "anthropic.claude-3-5-haiku-20241022-v1:0": True,
+    "meta.llama3-1-70b-instruct-v1:0": True,
+    "*": False,
+    "anthropic.*": False,
+    "us.anthropic.claude-sonnet-4-5-20250929-v1:0": False,  # an inference profile, not a foundation model
+    "global.anthropic.claude-sonnet-4-5-20250929-v1:0": False,
+    "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-lite-v1:0": False,
+    "amazon.nova lite": False,
+}
+
+
+def _bedrock_policy(template) -> tuple[str, dict]:
+    (found,) = [(name, r) for name, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Policy"]
+    return found
+
+
+def test_bedrock_model_parameter(template):
+    param = template["Parameters"]["BedrockModelId"]
+    assert param["Type"] == "String" and param["Default"] == ""
+    accepted = {value for value in BEDROCK_MODEL_IDS if re.fullmatch(param["AllowedPattern"], value)}
+    assert accepted == {value for value, ok in BEDROCK_MODEL_IDS.items() if ok}
+    assert "inference profile" in param["Description"]
+
+
+def test_bedrock_access_is_off_unless_a_model_is_given(template):
+    condition = template["Conditions"]["HasBedrockModel"]
+    assert _evaluate(condition, _defaults(template)) is False
+    assert _evaluate(condition, _defaults(template) | {"BedrockModelId": "amazon.nova-lite-v1:0"}) is True
+    _, policy = _bedrock_policy(template)
+    assert policy["Condition"] == "HasBedrockModel"
+
+
+def test_the_function_itself_grants_no_bedrock_access(function):
+    actions = [a for s in _statements(function) for a in _as_list(s["Action"])]
+    assert not [a for a in actions if a.startswith("bedrock:")]
+
+
+def test_bedrock_policy_allows_invoking_the_chosen_model_only(template):
+    _, policy = _bedrock_policy(template)
+    props = policy["Properties"]
+    (function_name,) = [n for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"]
+    # SAM names the role it creates for a function <FunctionLogicalId>Role.
+    assert props["Roles"] == [{"Ref": f"{function_name}Role"}]
+    (statement,) = props["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Allow"
+    assert sorted(statement["Action"]) == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
+    assert statement["Resource"] == {
+        "Fn::Sub": "arn:${AWS::Partition}:bedrock:${AWS::Region}::foundation-model/${BedrockModelId}"
+    }
+    assert "*" not in statement["Resource"]["Fn::Sub"]

@@ -85,6 +85,10 @@ def test_a_throttled_model_is_503_and_other_failures_502():
     class RateLimited(Exception):
         status_code = 429
 
+    class ClientError(Exception):  # the shape of botocore's, as Bedrock raises it
+        response = {"Error": {"Code": "ThrottlingException", "Message": "Too many requests"}}
+
+    assert _Failure("invocation_error", "error", "x", 3, ClientError()).as_error().code == "MODEL_THROTTLED"
     throttled = _Failure("invocation_error", "error", "429", 3, RateLimited()).as_error()
     failing = _Failure("invocation_error", "error", "500", 3, RuntimeError()).as_error()
     assert (throttled.code, throttled.status_code) == ("MODEL_THROTTLED", 503)

@@ -1,14 +1,31 @@
-"""The built-in ``openai`` provider: LangChain's ``ChatOpenAI``, and a small catalog of the models it knows."""
+"""The OpenAI-compatible providers: OpenAI itself, Azure OpenAI and the servers that speak OpenAI's Chat Completions.
+
+One ``OpenAIProvider`` class serves the whole family; ``OPENAI_COMPATIBLE`` says how each member is reached
+(its key variable, its default endpoint and the variable that overrides it).
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
+from picoflow.models.common import (
+    CLIENT_RETRIES,
+    DEFAULT_TIMEOUT_SECONDS,
+    check_accepted,
+    check_common_values,
+    check_reserved,
+    env_value,
+    usage_normalising,
+)
 from picoflow.models.registry import ModelProvider
 from picoflow.models.selection import ModelSelection
 
@@ -37,66 +54,181 @@ the parameters each takes."""
 
 REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high"})
 
-# Connection and retry settings belong to the provider and the runner, never to a selection's params.
-_RESERVED_PARAMS = {
-    "model": "the model is the selection's name",
-    "model_name": "the model is the selection's name",
-    "api_key": "credentials belong to the provider",
-    "openai_api_key": "credentials belong to the provider",
-    "base_url": "the endpoint belongs to the provider",
-    "openai_api_base": "the endpoint belongs to the provider",
-    "max_retries": "set retry_attempts on the selection; PicoFlow makes the attempts itself",
-}
-
 _REASONING_NAME = re.compile(r"^(gpt-5|o\d)", re.IGNORECASE)
 _SNAPSHOT_SUFFIX = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 
 
-class OpenAIProvider(ModelProvider):
-    """Chat models from OpenAI, or from any OpenAI-compatible server given by ``base_url``.
+@dataclass(frozen=True)
+class CompatibleEndpoint:
+    """How one provider of the OpenAI-compatible family is reached.
 
-    The key comes from ``api_key`` or ``OPENAI_API_KEY``, the endpoint from ``base_url`` or
-    ``OPENAI_BASE_URL`` (both read when a model is built). Registered under the built-in name
-    ``openai`` it accepts only the models of ``OPENAI_MODELS``; under any other name (an
-    application-owned compatible endpoint) any model name is accepted and only the parameters
-    are checked.
+    ``kind`` picks the LangChain class: ``openai`` is ``ChatOpenAI`` as is, ``azure`` is ``AzureChatOpenAI``
+    (the selection's name is the deployment), ``compatible`` is ``ChatOpenAI`` held to Chat Completions,
+    with structured output through ``structured_output`` and cache hits read from where the server reports them.
     """
 
-    def __init__(self, api_key: str | None = None, base_url: str | None = None, name: str = "openai") -> None:
-        self.name = name
+    name: str
+    key_env: str
+    base_url_env: str
+    default_base_url: str | None
+    kind: Literal["openai", "azure", "compatible"] = "compatible"
+    key_required: bool = True
+    structured_output: Literal["function_calling", "json_schema", "json_mode"] = "function_calling"
+    api_version_env: str | None = None
+    bare_host_path: str = ""
+    """Appended to an endpoint given as a bare host (``http://host:11434`` for Ollama means ``.../v1``)."""
+
+
+OPENAI_COMPATIBLE: dict[str, CompatibleEndpoint] = {
+    endpoint.name: endpoint
+    for endpoint in (
+        CompatibleEndpoint(
+            "openai", "OPENAI_API_KEY", "OPENAI_BASE_URL", "https://api.openai.com/v1",
+            kind="openai", structured_output="json_schema",
+        ),
+        CompatibleEndpoint(
+            "azure-openai", "AZURE_OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT", None,
+            kind="azure", structured_output="json_schema", api_version_env="OPENAI_API_VERSION",
+        ),
+        CompatibleEndpoint("deepseek", "DEEPSEEK_API_KEY", "DEEPSEEK_BASE_URL", "https://api.deepseek.com"),
+        CompatibleEndpoint("moonshot", "MOONSHOT_API_KEY", "MOONSHOT_BASE_URL", "https://api.moonshot.ai/v1"),
+        CompatibleEndpoint("zai", "ZAI_API_KEY", "ZAI_BASE_URL", "https://api.z.ai/api/paas/v4"),
+        CompatibleEndpoint("openrouter", "OPENROUTER_API_KEY", "OPENROUTER_BASE_URL", "https://openrouter.ai/api/v1"),
+        CompatibleEndpoint(
+            "ollama", "OLLAMA_API_KEY", "OLLAMA_BASE_URL", "http://localhost:11434/v1",
+            key_required=False, bare_host_path="/v1",
+        ),
+    )
+}
+"""The built-in members of the family, by provider name."""
+
+
+class OpenAIProvider(ModelProvider):
+    """Chat models from OpenAI or from any provider of the OpenAI-compatible family.
+
+    ``name`` picks the member of ``OPENAI_COMPATIBLE`` (``openai`` by default); any other name is an
+    application-owned OpenAI-compatible endpoint configured like ``openai`` (``OPENAI_API_KEY``,
+    ``OPENAI_BASE_URL``), or by ``endpoint``. The key comes from ``api_key`` or the member's key variable,
+    the endpoint from ``base_url``, the member's endpoint variable or its default; both are read from
+    ``environ`` (the process environment by default) when a model is built.
+
+    Under the built-in name ``openai`` only the models of ``OPENAI_MODELS`` are accepted; every other
+    member accepts any model name and only the parameters are checked.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        name: str = "openai",
+        *,
+        api_version: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        endpoint: CompatibleEndpoint | None = None,
+    ) -> None:
+        self.endpoint = endpoint or OPENAI_COMPATIBLE.get(name) or replace(OPENAI_COMPATIBLE["openai"], name=name)
+        self.name = self.endpoint.name
         self._api_key = api_key
         self._base_url = base_url
+        self._api_version = api_version
+        self._environ = environ
 
     def validate(self, selection: ModelSelection) -> None:
         """Reject an uncataloged built-in model, an unknown or reserved parameter, or a bad parameter value."""
         label = f"{selection.provider}:{selection.name}"
         params = selection.params
-        for key, reason in _RESERVED_PARAMS.items():
-            if key in params:
-                raise PicoFlowError(f"Model '{label}' params must not set '{key}': {reason}.")
+        check_reserved(label, params)
         accepted = _catalog_params(label, selection.name) if self.name == "openai" else None
         _check_values(label, selection.name, params)
-        if accepted is not None and (unknown := sorted(set(params) - accepted)):
-            raise PicoFlowError(
-                f"Model '{label}' does not accept parameter(s) {', '.join(unknown)}; "
-                f"accepted: {', '.join(sorted(accepted))}."
-            )
+        if accepted is not None:
+            check_accepted(label, params, accepted)
 
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
-        """A ``ChatOpenAI`` for ``selection`` with client-side retries off (the runner makes the attempts)."""
-        api_key = self._api_key or os.environ.get("OPENAI_API_KEY")
-        if not api_key:
+        """A chat model for ``selection`` with a request timeout and client-side retries off (the runner
+        makes the attempts)."""
+        endpoint = self.endpoint
+        env = os.environ if self._environ is None else self._environ
+        api_key = self._api_key or env_value(env, endpoint.key_env)
+        if not api_key and endpoint.key_required:
             raise PicoFlowError(
-                f"Model provider '{self.name}' has no API key: pass api_key to OpenAIProvider or set OPENAI_API_KEY."
+                f"Model provider '{self.name}' has no API key: pass api_key to OpenAIProvider "
+                f"or set {endpoint.key_env}."
             )
-        base_url = self._base_url or os.environ.get("OPENAI_BASE_URL") or None
+        base_url = self._base_url or env_value(env, endpoint.base_url_env)
+        options: dict[str, Any] = {"timeout": DEFAULT_TIMEOUT_SECONDS, **selection.params}
         # Imported here: the OpenAI client stack is slow to import and a Lambda cold start may not need it.
-        from langchain_openai import ChatOpenAI
+        if endpoint.kind == "azure":
+            return self._azure_model(selection, api_key, base_url, env, options)
+        if endpoint.kind == "openai":
+            from langchain_openai import ChatOpenAI
 
-        options: dict[str, Any] = dict(selection.params)
-        if base_url:
-            options["base_url"] = base_url
-        return ChatOpenAI(model=selection.name, api_key=api_key, max_retries=0, **options)
+            if base_url:
+                options["base_url"] = base_url
+            return ChatOpenAI(model=selection.name, api_key=api_key, max_retries=CLIENT_RETRIES, **options)
+        base_url = _with_bare_host_path(base_url or endpoint.default_base_url or "", endpoint.bare_host_path)
+        return _compatible_chat_class()(
+            model=selection.name,
+            # The OpenAI client insists on a key; a server that needs none (Ollama) ignores this one.
+            api_key=api_key or "unused",
+            base_url=base_url,
+            max_retries=CLIENT_RETRIES,
+            use_responses_api=False,
+            structured_output_method=endpoint.structured_output,
+            **options,
+        )
+
+    def _azure_model(
+        self,
+        selection: ModelSelection,
+        api_key: str | None,
+        azure_endpoint: str | None,
+        env: Mapping[str, str],
+        options: dict[str, Any],
+    ) -> BaseChatModel:
+        endpoint = self.endpoint
+        if not azure_endpoint:
+            raise PicoFlowError(
+                f"Model provider '{self.name}' has no endpoint: pass base_url to OpenAIProvider or set "
+                f"{endpoint.base_url_env} (https://<resource>.openai.azure.com/)."
+            )
+        api_version = self._api_version or env_value(env, endpoint.api_version_env)
+        if not api_version:
+            raise PicoFlowError(
+                f"Model provider '{self.name}' has no API version: pass api_version to OpenAIProvider or set "
+                f"{endpoint.api_version_env} (e.g. 2024-10-21)."
+            )
+        from langchain_openai import AzureChatOpenAI
+
+        return AzureChatOpenAI(
+            model=selection.name,
+            azure_deployment=selection.name,
+            azure_endpoint=azure_endpoint,
+            api_key=api_key,
+            api_version=api_version,
+            max_retries=CLIENT_RETRIES,
+            **options,
+        )
+
+
+@functools.cache
+def _compatible_chat_class() -> type[BaseChatModel]:
+    from langchain_openai import ChatOpenAI
+
+    class CompatibleChatOpenAI(ChatOpenAI):
+        """``ChatOpenAI`` for a server that speaks Chat Completions but not always OpenAI's structured outputs."""
+
+        structured_output_method: str = "function_calling"
+
+        def with_structured_output(self, schema: Any = None, *, method: Any = None, **kwargs: Any) -> Any:
+            return super().with_structured_output(schema, method=method or self.structured_output_method, **kwargs)
+
+    return usage_normalising(CompatibleChatOpenAI)
+
+
+def _with_bare_host_path(url: str, path: str) -> str:
+    if path and urlsplit(url).path in ("", "/"):
+        return url.rstrip("/") + path
+    return url
 
 
 def _catalog_params(label: str, model_name: str) -> frozenset[str]:
@@ -110,21 +242,9 @@ def _catalog_params(label: str, model_name: str) -> frozenset[str]:
 
 
 def _check_values(label: str, model_name: str, params: dict[str, Any]) -> None:
-    if "temperature" in params:
-        if _REASONING_NAME.match(model_name):
-            raise PicoFlowError(f"Model '{label}' does not support temperature.")
-        temperature = params["temperature"]
-        if not _is_number(temperature) or not 0 <= temperature <= 2:
-            raise PicoFlowError(f"Model '{label}' temperature must be a number from 0 to 2, got {temperature!r}.")
-    if "top_p" in params and (not _is_number(params["top_p"]) or not 0 <= params["top_p"] <= 1):
-        raise PicoFlowError(f"Model '{label}' top_p must be a number from 0 to 1, got {params['top_p']!r}.")
-    for key in ("max_tokens", "max_completion_tokens"):
-        value = params.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise PicoFlowError(f"Model '{label}' {key} must be a positive integer, got {value!r}.")
-    timeout = params.get("timeout")
-    if timeout is not None and (not _is_number(timeout) or timeout <= 0):
-        raise PicoFlowError(f"Model '{label}' timeout must be a positive number of seconds, got {timeout!r}.")
+    if "temperature" in params and _REASONING_NAME.match(model_name):
+        raise PicoFlowError(f"Model '{label}' does not support temperature.")
+    check_common_values(label, params)
     efforts = [params.get("reasoning_effort")]
     reasoning = params.get("reasoning")
     if reasoning is not None:
@@ -137,7 +257,3 @@ def _check_values(label: str, model_name: str, params: dict[str, Any]) -> None:
                 f"Model '{label}' reasoning effort must be one of {', '.join(sorted(REASONING_EFFORTS))}, "
                 f"got {effort!r}."
             )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -120,14 +120,30 @@ class ProviderRegistry:
 
 
 def default_registry(environ: Mapping[str, str] | None = None) -> ProviderRegistry:
-    """The registry the handler and the CLI use: the built-in ``openai`` provider, and, when
-    ``PICOFLOW_SCRIPT`` names a JSON script, a ``ScriptedProvider`` overriding every selection."""
-    from picoflow.models.openai import OpenAIProvider
+    """The registry the handler and the CLI use: every built-in provider, configured from ``environ`` (the
+    process environment by default; keys are read now, endpoints and Regions when a model is built), and,
+    when ``PICOFLOW_SCRIPT`` names a JSON script, a ``ScriptedProvider`` overriding every selection.
+
+    The built-in providers are the OpenAI-compatible family (``openai``, ``azure-openai``, ``deepseek``,
+    ``moonshot``, ``zai``, ``openrouter``, ``ollama``), then ``anthropic``, ``google`` and ``bedrock``, whose
+    LangChain packages are optional extras imported only when one of their models is built."""
+    from picoflow.models.anthropic import AnthropicProvider
+    from picoflow.models.bedrock import BedrockProvider
+    from picoflow.models.google import GoogleProvider
+    from picoflow.models.openai import OPENAI_COMPATIBLE, OpenAIProvider
     from picoflow.models.scripted import ScriptedProvider
 
     env = os.environ if environ is None else environ
-    openai = OpenAIProvider(api_key=env.get("OPENAI_API_KEY"), base_url=env.get("OPENAI_BASE_URL"))
-    registry = ProviderRegistry([openai])
+    providers: list[ModelProvider] = [
+        OpenAIProvider(api_key=env.get(endpoint.key_env), name=name, environ=env)
+        for name, endpoint in OPENAI_COMPATIBLE.items()
+    ]
+    providers += [
+        AnthropicProvider(api_key=env.get("ANTHROPIC_API_KEY"), environ=env),
+        GoogleProvider(api_key=env.get("GOOGLE_API_KEY") or env.get("GEMINI_API_KEY"), environ=env),
+        BedrockProvider(environ=env),
+    ]
+    registry = ProviderRegistry(providers)
     script_path = env.get("PICOFLOW_SCRIPT")
     if script_path:
         registry.override = ScriptedProvider.from_file(script_path)

@@ -1,0 +1,78 @@
+"""The ``anthropic`` provider: Claude through Anthropic's Messages API (``pip install 'picoflow[anthropic]'``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from picoflow.errors import PicoFlowError
+from picoflow.models.common import (
+    CLIENT_RETRIES,
+    DEFAULT_TIMEOUT_SECONDS,
+    check_accepted,
+    check_common_values,
+    check_reserved,
+    env_value,
+    import_extra,
+    usage_normalising,
+)
+from picoflow.models.registry import ModelProvider
+from picoflow.models.selection import ModelSelection
+
+ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"
+ANTHROPIC_PARAMS = frozenset({"temperature", "top_p", "top_k", "max_tokens", "timeout", "stop", "thinking"})
+"""The parameters an ``anthropic`` selection may set."""
+
+
+class AnthropicProvider(ModelProvider):
+    """Claude models via ``langchain-anthropic``'s ``ChatAnthropic``, imported only when a model is built.
+
+    The key comes from ``api_key`` or ``ANTHROPIC_API_KEY``, the endpoint from ``base_url``,
+    ``ANTHROPIC_BASE_URL`` or Anthropic's own; both are read from ``environ`` (the process environment by
+    default) when a model is built. Any model name is accepted; the parameters are checked.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        name: str = "anthropic",
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self._api_key = api_key
+        self._base_url = base_url
+        self._environ = environ
+
+    def validate(self, selection: ModelSelection) -> None:
+        """Reject a reserved or unknown parameter, or a bad parameter value."""
+        label = f"{selection.provider}:{selection.name}"
+        params = selection.params
+        check_reserved(label, params)
+        check_accepted(label, params, ANTHROPIC_PARAMS)
+        check_common_values(label, params, max_temperature=1.0)
+        thinking = params.get("thinking")
+        if thinking is not None and not isinstance(thinking, dict):
+            raise PicoFlowError(
+                f"Model '{label}' thinking must be an object such as {{'type': 'enabled', 'budget_tokens': 2048}}."
+            )
+
+    def chat_model(self, selection: ModelSelection) -> BaseChatModel:
+        """A ``ChatAnthropic`` with a request timeout and client-side retries off (the runner makes the attempts)."""
+        env = os.environ if self._environ is None else self._environ
+        api_key = self._api_key or env_value(env, "ANTHROPIC_API_KEY")
+        if not api_key:
+            raise PicoFlowError(
+                f"Model provider '{self.name}' has no API key: pass api_key to AnthropicProvider "
+                "or set ANTHROPIC_API_KEY."
+            )
+        base_url = self._base_url or env_value(env, "ANTHROPIC_BASE_URL") or ANTHROPIC_DEFAULT_BASE_URL
+        module = import_extra("langchain_anthropic", provider=self.name, extra="anthropic")
+        options: dict[str, Any] = {"timeout": DEFAULT_TIMEOUT_SECONDS, **selection.params}
+        return usage_normalising(module.ChatAnthropic)(
+            model=selection.name, api_key=api_key, base_url=base_url, max_retries=CLIENT_RETRIES, **options
+        )

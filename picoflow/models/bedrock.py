@@ -1,0 +1,87 @@
+"""The ``bedrock`` provider: models on Amazon Bedrock through the Converse API (``pip install 'picoflow[bedrock]'``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from picoflow.errors import PicoFlowError
+from picoflow.models.common import (
+    DEFAULT_TIMEOUT_SECONDS,
+    check_accepted,
+    check_common_values,
+    check_reserved,
+    env_value,
+    import_extra,
+    usage_normalising,
+)
+from picoflow.models.registry import ModelProvider
+from picoflow.models.selection import ModelSelection
+
+BEDROCK_PARAMS = frozenset(
+    {"temperature", "top_p", "max_tokens", "stop", "timeout", "additional_model_request_fields",
+     "guardrail_config", "performance_config"}
+)
+"""The parameters a ``bedrock`` selection may set."""
+
+BEDROCK_CONNECT_TIMEOUT_SECONDS = 10.0
+_OBJECT_PARAMS = ("additional_model_request_fields", "guardrail_config", "performance_config")
+
+
+class BedrockProvider(ModelProvider):
+    """Bedrock models via ``langchain-aws``'s ``ChatBedrockConverse``, imported only when a model is built.
+
+    There is no key: boto3 finds the IAM credentials (on Lambda, the function's role). The Region comes from
+    ``region`` or ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` in ``environ`` (the process environment by
+    default). The selection's name is a model ID (``amazon.nova-lite-v1:0``) or an inference profile ID
+    (``us.anthropic.claude-sonnet-4-5-20250929-v1:0``); the parameters are checked.
+    """
+
+    def __init__(
+        self,
+        region: str | None = None,
+        *,
+        name: str = "bedrock",
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self._region = region
+        self._environ = environ
+
+    def validate(self, selection: ModelSelection) -> None:
+        """Reject a reserved or unknown parameter, or a bad parameter value."""
+        label = f"{selection.provider}:{selection.name}"
+        params = selection.params
+        check_reserved(label, params)
+        check_accepted(label, params, BEDROCK_PARAMS)
+        # The Converse API takes temperature from 0 to 1 whatever the model.
+        check_common_values(label, params, max_temperature=1.0)
+        for key in _OBJECT_PARAMS:
+            if key in params and not isinstance(params[key], dict):
+                raise PicoFlowError(f"Model '{label}' {key} must be an object.")
+
+    def chat_model(self, selection: ModelSelection) -> BaseChatModel:
+        """A ``ChatBedrockConverse`` whose boto3 client has connect and read timeouts and makes one attempt
+        per call (the runner makes the attempts)."""
+        env = os.environ if self._environ is None else self._environ
+        region = self._region or env_value(env, "AWS_REGION", "AWS_DEFAULT_REGION")
+        if not region:
+            raise PicoFlowError(
+                f"Model provider '{self.name}' has no AWS Region: pass region to BedrockProvider "
+                "or set AWS_REGION (Lambda sets it)."
+            )
+        module = import_extra("langchain_aws", provider=self.name, extra="bedrock")
+        from botocore.config import Config
+
+        options: dict[str, Any] = dict(selection.params)
+        config = Config(
+            connect_timeout=BEDROCK_CONNECT_TIMEOUT_SECONDS,
+            read_timeout=options.pop("timeout", DEFAULT_TIMEOUT_SECONDS),
+            retries={"total_max_attempts": 1, "mode": "standard"},
+        )
+        return usage_normalising(module.ChatBedrockConverse)(
+            model=selection.name, region_name=region, config=config, **options
+        )

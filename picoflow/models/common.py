@@ -1,0 +1,185 @@
+"""What the built-in providers share: parameter checks, optional packages, timeouts and usage normalisation."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from types import ModuleType
+from typing import Any
+
+from picoflow.errors import PicoFlowError
+
+DEFAULT_TIMEOUT_SECONDS = 60.0
+"""The per-request timeout of every built-in provider's client, unless a selection sets ``timeout``."""
+
+CLIENT_RETRIES = 0
+"""Retries a provider's client makes on its own: none, the runner makes the attempts (``retry_attempts``)."""
+
+# Connection and retry settings belong to the provider and the runner, never to a selection's params.
+RESERVED_PARAMS: dict[str, str] = {
+    "model": "the model is the selection's name",
+    "model_name": "the model is the selection's name",
+    "model_id": "the model is the selection's name",
+    "azure_deployment": "the deployment is the selection's name",
+    "deployment_name": "the deployment is the selection's name",
+    "api_key": "credentials belong to the provider",
+    "openai_api_key": "credentials belong to the provider",
+    "anthropic_api_key": "credentials belong to the provider",
+    "google_api_key": "credentials belong to the provider",
+    "credentials": "credentials belong to the provider",
+    "aws_access_key_id": "credentials belong to the provider",
+    "aws_secret_access_key": "credentials belong to the provider",
+    "aws_session_token": "credentials belong to the provider",
+    "credentials_profile_name": "credentials belong to the provider",
+    "base_url": "the endpoint belongs to the provider",
+    "openai_api_base": "the endpoint belongs to the provider",
+    "anthropic_api_url": "the endpoint belongs to the provider",
+    "azure_endpoint": "the endpoint belongs to the provider",
+    "endpoint_url": "the endpoint belongs to the provider",
+    "client_options": "the endpoint belongs to the provider",
+    "region_name": "the Region belongs to the provider (AWS_REGION)",
+    "client": "the client belongs to the provider",
+    "config": "the client belongs to the provider",
+    "max_retries": "set retry_attempts on the selection; PicoFlow makes the attempts itself",
+    "retries": "set retry_attempts on the selection; PicoFlow makes the attempts itself",
+}
+
+
+def check_reserved(label: str, params: Mapping[str, Any]) -> None:
+    """Reject a parameter that only the provider or the runner may set."""
+    for key, reason in RESERVED_PARAMS.items():
+        if key in params:
+            raise PicoFlowError(f"Model '{label}' params must not set '{key}': {reason}.")
+
+
+def check_accepted(label: str, params: Mapping[str, Any], accepted: Iterable[str]) -> None:
+    """Reject a parameter outside ``accepted``, naming the ones that are."""
+    accepted = frozenset(accepted)
+    if unknown := sorted(set(params) - accepted):
+        raise PicoFlowError(
+            f"Model '{label}' does not accept parameter(s) {', '.join(unknown)}; "
+            f"accepted: {', '.join(sorted(accepted))}."
+        )
+
+
+def check_common_values(label: str, params: Mapping[str, Any], *, max_temperature: float = 2.0) -> None:
+    """Check the values of the parameters most providers share: sampling, output length and timeout."""
+    if "temperature" in params:
+        temperature = params["temperature"]
+        if not is_number(temperature) or not 0 <= temperature <= max_temperature:
+            raise PicoFlowError(
+                f"Model '{label}' temperature must be a number from 0 to {max_temperature:g}, got {temperature!r}."
+            )
+    if "top_p" in params and (not is_number(params["top_p"]) or not 0 <= params["top_p"] <= 1):
+        raise PicoFlowError(f"Model '{label}' top_p must be a number from 0 to 1, got {params['top_p']!r}.")
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens", "top_k"):
+        value = params.get(key)
+        if value is not None and not is_positive_int(value):
+            raise PicoFlowError(f"Model '{label}' {key} must be a positive integer, got {value!r}.")
+    timeout = params.get("timeout")
+    if timeout is not None and (not is_number(timeout) or timeout <= 0):
+        raise PicoFlowError(f"Model '{label}' timeout must be a positive number of seconds, got {timeout!r}.")
+    stop = params.get("stop")
+    if stop is not None and not isinstance(stop, str) and (
+        not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)
+    ):
+        raise PicoFlowError(f"Model '{label}' stop must be a string or a list of strings, got {stop!r}.")
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def env_value(environ: Mapping[str, str], *names: str | None) -> str | None:
+    """The first of ``names`` set to a non-blank value in ``environ`` (a ``None`` name is skipped)."""
+    for name in names:
+        value = (environ.get(name) or "").strip() if name else ""
+        if value:
+            return value
+    return None
+
+
+def import_extra(module: str, *, provider: str, extra: str) -> ModuleType:
+    """Import ``module`` from an optional dependency, or explain which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        package = module.replace("_", "-")
+        raise PicoFlowError(
+            f"Model provider '{provider}' needs the {package} package: pip install 'picoflow[{extra}]'."
+        ) from exc
+
+
+# -- usage normalisation ---------------------------------------------------------------------------
+
+
+def normalise_usage(message: Any, raw_usage: Mapping[str, Any] | None = None) -> None:
+    """Complete a reply's ``usage_metadata`` in place where its LangChain integration leaves counts out.
+
+    - Cache writes split by lifetime (``ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``,
+      reported by Anthropic and by Bedrock) leave ``cache_creation`` at 0: it becomes their sum.
+    - Cache hits that an OpenAI-compatible server reports outside ``prompt_tokens_details``
+      (DeepSeek's ``prompt_cache_hit_tokens``, Moonshot's top-level ``cached_tokens``) become ``cache_read``.
+    """
+    usage = getattr(message, "usage_metadata", None)
+    if not usage:
+        return
+    details = dict(usage.get("input_token_details") or {})
+    changed = False
+    split_writes = sum(
+        value
+        for key, value in details.items()
+        if key.startswith("ephemeral_") and key.endswith("_input_tokens") and is_positive_int(value)
+    )
+    if split_writes and not details.get("cache_creation"):
+        details["cache_creation"] = split_writes
+        changed = True
+    if raw_usage and not details.get("cache_read"):
+        hits = raw_usage.get("prompt_cache_hit_tokens", raw_usage.get("cached_tokens"))
+        if is_positive_int(hits):
+            details["cache_read"] = hits
+            changed = True
+    if changed:
+        message.usage_metadata = {**usage, "input_token_details": details}
+
+
+def _normalise_result(result: Any) -> Any:
+    llm_output = getattr(result, "llm_output", None) or {}
+    raw = llm_output.get("token_usage") if isinstance(llm_output, Mapping) else None
+    for generation in result.generations:
+        normalise_usage(generation.message, raw if isinstance(raw, Mapping) else None)
+    return result
+
+
+@functools.cache
+def usage_normalising(chat_class: type) -> type:
+    """A subclass of the LangChain chat model class ``chat_class`` whose replies pass through ``normalise_usage``."""
+
+    class UsageNormalising(chat_class):  # type: ignore[misc, valid-type]
+        # The explicit signatures matter: LangChain passes run_manager only to a method that declares it.
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+            return _normalise_result(super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs))
+
+        async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+            result = await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+            return _normalise_result(result)
+
+        def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Iterator[Any]:
+            for chunk in super()._stream(messages, stop=stop, run_manager=run_manager, **kwargs):
+                normalise_usage(chunk.message)
+                yield chunk
+
+        async def _astream(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
+        ) -> AsyncIterator[Any]:
+            async for chunk in super()._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
+                normalise_usage(chunk.message)
+                yield chunk
+
+    UsageNormalising.__name__ = UsageNormalising.__qualname__ = chat_class.__name__
+    return UsageNormalising
