@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FLOW ?= HotelFlow
 
-.PHONY: run test lint bench clean chromium
+.PHONY: run test lint bench clean chromium build-ApiFunction
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m picoflow.local.demo --flow $(FLOW)
+	$(PY) -m picoflow.local.demo --flow $(FLOW) $(if $(SERVE),--serve)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -26,6 +26,26 @@ chromium:
 
 test: lint chromium
 	$(PY) -m pytest -v
+
+# The Lambda function's code. `sam build` runs this target (template.yaml: BuildMethod makefile) with
+# ARTIFACTS_DIR set; it also runs on its own: ARTIFACTS_DIR=/tmp/function make build-ApiFunction.
+# It installs requirements.txt as wheels for the function's runtime and architecture (so any host can
+# build it, no python3.12 needed) and copies the example application, handlers/ and flows/; nothing
+# else of the repository ships. boto3, botocore and s3transfer are left out: the function uses the
+# copies the Lambda Python runtime includes.
+LAMBDA_PYTHON ?= 3.12
+LAMBDA_PLATFORMS ?= manylinux2014_aarch64 manylinux_2_28_aarch64
+BUILD_PY ?= python3
+RUNTIME_PROVIDED := boto3 botocore s3transfer
+
+build-ApiFunction:
+	@test -n "$(ARTIFACTS_DIR)" || { echo "ARTIFACTS_DIR is not set" >&2; exit 2; }
+	$(BUILD_PY) -m pip install --quiet --disable-pip-version-check --no-compile --target "$(ARTIFACTS_DIR)" \
+		--implementation cp --python-version $(LAMBDA_PYTHON) --only-binary=:all: \
+		$(addprefix --platform ,$(LAMBDA_PLATFORMS)) -r requirements.txt
+	cd "$(ARTIFACTS_DIR)" && rm -rf bin $(foreach name,$(RUNTIME_PROVIDED),$(name) $(name)-*.dist-info)
+	cp -R handlers flows "$(ARTIFACTS_DIR)/"
+	find "$(ARTIFACTS_DIR)/handlers" "$(ARTIFACTS_DIR)/flows" -name __pycache__ -prune -exec rm -rf {} +
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -29,11 +29,18 @@ def _parser() -> argparse.ArgumentParser:
         "serve",
         help="serve the Lambda handler over HTTP (API Gateway v2 events, no Docker)",
         description="Serve POST /ai/run, POST /ai/end, GET /ai/flows and GET /health through the Lambda "
-        "handler. Sessions use SQLite unless SESSION_STORE is set.",
+        "handler, plus a chat page with a session inspector at / (local only). Sessions use SQLite unless "
+        "SESSION_STORE is set.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on, 0 for any (default: %(default)s)")
     serve.add_argument("--flows", metavar="MODULES", help="comma-separated modules whose flows to register")
+    serve.add_argument(
+        "--no-inspector",
+        dest="inspector",
+        action="store_false",
+        help="serve only the handler's routes: no page at / and no GET /ai/session",
+    )
 
     chat = commands.add_parser(
         "chat",
@@ -50,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``picoflow`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
     if args.command == "serve":
-        return serve(args.host, args.port, args.flows)
+        return serve(args.host, args.port, args.flows, inspector=args.inspector)
     return chat(args.flow, args.url, args.config)
 
 

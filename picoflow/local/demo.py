@@ -1,7 +1,9 @@
 """``make run``: replay a bundled flow's scripted conversation through ``picoflow serve`` and the Lambda handler.
 
 Everything runs offline: the model is a scripted one, the session store is an embedded SQLite file, and each
-turn travels as HTTP -> API Gateway v2 event -> ``handlers.api.lambda_handler``.
+turn travels as HTTP -> API Gateway v2 event -> ``handlers.api.lambda_handler``. At the end it prints the
+``picoflow serve`` command that serves the same SQLite file and the page address of the finished session; with
+``--serve`` (``make run SERVE=1``) the demo's own server keeps serving that page until Ctrl+C instead.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sys
 import tempfile
 import threading
@@ -53,6 +56,9 @@ def _print_reply(user: str, status: int, content_type: str, text: str) -> tuple[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="picoflow-demo", description=__doc__)
     parser.add_argument("--flow", default="HotelFlow", help="bundled flow to replay (default: HotelFlow)")
+    parser.add_argument(
+        "--serve", action="store_true", help="keep serving the finished session's page until Ctrl+C"
+    )
     args = parser.parse_args(argv)
 
     path = find_conversation(args.flow)
@@ -71,34 +77,67 @@ def main(argv: list[str] | None = None) -> int:
     from picoflow.local.serve import make_server
     from picoflow.session.store import store_from_env
 
-    server = make_server("127.0.0.1", 0)
+    server = make_server("127.0.0.1", 0, inspector=True)
     server.access_log = False
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    print(f"PicoFlow demo: {args.flow} ({len(conversation['turns'])} turns, {len(replies)} scripted model replies)")
-    print(f"serving the Lambda handler at {server.url}, sessions in {workdir / 'sessions.sqlite'}")
-    client = ChatClient(server.url, args.flow, conversation.get("config"))
-    session = None
     try:
-        for turn in conversation["turns"]:
-            reply = client.send(turn["user"])
-            session = reply.session or session
-            reported, completed = _print_reply(turn["user"], reply.status, reply.content_type, reply.text)
-            session = reported or session
-            print(f"      [session {session}]")
-            if reply.status >= 400:
-                return 1
-            if completed:
-                print("(session completed)")
+        print(f"PicoFlow demo: {args.flow} ({len(conversation['turns'])} turns, {len(replies)} scripted model replies)")
+        print(f"serving the Lambda handler at {server.url}, sessions in {workdir / 'sessions.sqlite'}")
+        ok, session = _replay(ChatClient(server.url, args.flow, conversation.get("config")), conversation["turns"])
+        if not ok:
+            return 1
+        if session is None:
+            return 0
+        doc = asyncio.run(store_from_env().load(session))
+        if doc is not None:
+            tokens = doc.tokens
+            print(f"\nsession {doc.id}: runStatus={doc.run_status}, revision={doc.revision}, "
+                  f"currentStep={doc.flow.current_step}")
+            print(f"tokens: input={tokens.input_tokens} output={tokens.output_tokens} total={tokens.total_tokens}")
+        if args.serve:
+            print(f"\nOpen {server.url}/?session={session} to inspect the session. Ctrl+C to stop.", flush=True)
+            _wait_for_interrupt()
+        else:
+            print(f"\nTo inspect the session in the browser, serve the same sessions file:\n"
+                  f"  {_serve_command(workdir / 'sessions.sqlite')}\n"
+                  f"and open http://127.0.0.1:8000/?session={session}")
     finally:
         server.shutdown()
-
-    doc = asyncio.run(store_from_env().load(session)) if session else None
-    if doc is not None:
-        tokens = doc.tokens
-        print(f"\nsession {doc.id}: runStatus={doc.run_status}, revision={doc.revision}, "
-              f"currentStep={doc.flow.current_step}")
-        print(f"tokens: input={tokens.input_tokens} output={tokens.output_tokens} total={tokens.total_tokens}")
+        server.server_close()
     return 0
+
+
+def _replay(client: Any, turns: list[dict[str, Any]]) -> tuple[bool, str | None]:
+    """Send every scripted turn; whether they all succeeded, and the session id."""
+    session = None
+    for turn in turns:
+        reply = client.send(turn["user"])
+        session = reply.session or session
+        reported, completed = _print_reply(turn["user"], reply.status, reply.content_type, reply.text)
+        session = reported or session
+        print(f"      [session {session}]")
+        if reply.status >= 400:
+            return False, session
+        if completed:
+            print("(session completed)")
+    return True, session
+
+
+def _wait_for_interrupt() -> None:
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        print("\nStopped.", flush=True)
+
+
+def _serve_command(sqlite_path: Path) -> str:
+    """A ``picoflow serve`` command line for this environment that reads ``sqlite_path``."""
+    script = Path(sys.executable).with_name("picoflow")
+    if script.exists():
+        program = shlex.quote(os.path.relpath(script) if script.is_relative_to(Path.cwd()) else str(script))
+    else:
+        program = f"{shlex.quote(sys.executable)} -m picoflow.local.cli"
+    return f"SESSION_STORE=SQLITE SQLITE_PATH={shlex.quote(str(sqlite_path))} {program} serve --port 8000"
 
 
 if __name__ == "__main__":

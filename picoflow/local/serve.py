@@ -1,7 +1,9 @@
 """``picoflow serve``: a local HTTP server that feeds API Gateway v2 events to the Lambda handler.
 
 The no-Docker equivalent of ``sam local start-api``: every request becomes the event API Gateway
-would send, the handler runs in-process, and its proxy response is written back verbatim.
+would send, the handler runs in-process, and its proxy response is written back verbatim. ``picoflow serve``
+also serves a chat page and session inspector at ``/`` (see ``picoflow.local.inspector``), which the
+Lambda function itself never has.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.local.inspector import Inspector
 
 LambdaHandler = Callable[[dict[str, Any], Any], Any]
 
@@ -52,9 +55,13 @@ class LambdaHTTPServer(ThreadingHTTPServer):
     #: Print one access-log line per request to stderr (the demo turns it off).
     access_log = True
 
-    def __init__(self, address: tuple[str, int], lambda_handler: LambdaHandler) -> None:
+    def __init__(
+        self, address: tuple[str, int], lambda_handler: LambdaHandler, inspector: Inspector | None = None
+    ) -> None:
         super().__init__(address, _ProxyRequestHandler)
         self.lambda_handler = lambda_handler
+        #: The page and ``GET /ai/session``, answered before (and instead of) the handler; None: handler only.
+        self.inspector = inspector
         # Like one Lambda execution environment: one event at a time. Powertools also keeps the
         # current event in process-wide state, so concurrent invocations would see each other's.
         self.invoke_lock = threading.Lock()
@@ -127,6 +134,8 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         headers.extend((name, value) for name, value in forwarded.items() if name not in self.headers)
         # A HEAD is answered as the GET of the same path, whose body _send then leaves out.
         method = "GET" if self.command == "HEAD" else self.command
+        if self.server.inspector is not None and self._answer_locally(method, path):
+            return
         event = http_event(method, path, body=body, headers=headers, query=query, source_ip=client_ip)
         try:
             with self.server.invoke_lock:
@@ -138,6 +147,19 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
             self._send(500, {"content-type": ["application/json"]}, b'{"message":"Internal Server Error"}')
             return
         self._send(status, response_headers, payload)
+
+    def _answer_locally(self, method: str, path: str) -> bool:
+        # Outside the invoke lock: the inspector reads the session while a long turn is still running.
+        try:
+            answer = self.server.inspector.answer(method, path, dict(self.headers.items()))
+        except Exception:
+            traceback.print_exc(file=sys.stderr)
+            self._send(500, {"content-type": ["application/json"]}, b'{"message":"Internal Server Error"}')
+            return True
+        if answer is None:
+            return False
+        self._send(*answer)
+        return True
 
     def _read_body(self) -> bytes | None:
         encodings = self.headers.get_all("Transfer-Encoding") or []
@@ -250,27 +272,39 @@ def _function_timeout_ms() -> int:
     return int(float(seconds) * 1000) if seconds else DEFAULT_FUNCTION_TIMEOUT_MS
 
 
-def make_server(host: str, port: int, handler: LambdaHandler | None = None) -> LambdaHTTPServer:
+def make_server(
+    host: str, port: int, handler: LambdaHandler | None = None, *, inspector: bool | Inspector = False
+) -> LambdaHTTPServer:
     """Bind a server on ``host:port`` (0 picks a free port) that invokes ``handler(event, context)``.
 
     Without ``handler`` the project's Lambda entry point ``handlers.api.lambda_handler`` is imported,
     so configure the environment (``SESSION_STORE``, ``PICOFLOW_FLOWS`` ...) before calling this.
+    ``inspector=True`` adds the chat page at ``/`` and ``GET /ai/session``, reading sessions through
+    ``handlers.api``'s engine (pass an ``Inspector`` to read them some other way).
     """
     if handler is None:
         from handlers.api import lambda_handler
 
         handler = lambda_handler
-    return LambdaHTTPServer((host, port), handler)
+    pages = Inspector() if inspector is True else inspector or None
+    return LambdaHTTPServer((host, port), handler, pages)
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, flows: str | None = None) -> int:
-    """Run the local API until interrupted; sessions default to the SQLite store."""
+def serve(host: str = "127.0.0.1", port: int = 8000, flows: str | None = None, inspector: bool = True) -> int:
+    """Run the local API (and, unless ``inspector`` is off, the chat page) until interrupted.
+
+    Sessions default to the SQLite store.
+    """
     os.environ.setdefault("SESSION_STORE", "SQLITE")
     if flows:
         os.environ["PICOFLOW_FLOWS"] = flows
-    server = make_server(host, port)
+    server = make_server(host, port, inspector=inspector)
     print(f"PicoFlow API listening on {server.url} (session store {os.environ['SESSION_STORE']})", flush=True)
-    print("Routes: POST /ai/run, POST /ai/end, GET /ai/flows, GET /health. Ctrl+C stops.", flush=True)
+    routes = "POST /ai/run, POST /ai/end, GET /ai/flows, GET /health"
+    if inspector:
+        routes += "; local only: GET /ai/session"
+        print(f"Chat page and session inspector: {server.url}/", flush=True)
+    print(f"Routes: {routes}. Ctrl+C stops.", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -113,19 +113,31 @@ class PageServer:
 
 
 class ApiServer:
-    """``picoflow serve`` in a subprocess; ``cors_allow_origin=None`` leaves ``CORS_ALLOW_ORIGIN`` unset."""
+    """``picoflow serve`` in a subprocess; ``cors_allow_origin=None`` leaves ``CORS_ALLOW_ORIGIN`` unset.
 
-    def __init__(self, workdir: Path, replies: list[str], cors_allow_origin: str | None) -> None:
+    ``replies`` are the scripted model's: a text, or a whole reply (``{"content", "tool_calls", "usage"}``);
+    ``flows`` the modules it registers.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        replies: list[str] | list[str | dict[str, Any]],
+        cors_allow_origin: str | None,
+        *,
+        flows: str = "tests.support.tiny_flow",
+    ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.sqlite_path = workdir / "sessions.sqlite"
         script = workdir / "script.json"
-        script.write_text(json.dumps([{"content": reply} for reply in replies]), encoding="utf-8")
+        script_replies = [reply if isinstance(reply, dict) else {"content": reply} for reply in replies]
+        script.write_text(json.dumps(script_replies), encoding="utf-8")
         env = {key: value for key, value in os.environ.items() if not key.startswith(("CORS_", "PICOFLOW_"))}
         env.update(DUMMY_AWS_ENV)
         env.update(
             SESSION_STORE="SQLITE",
             SQLITE_PATH=str(self.sqlite_path),
-            PICOFLOW_FLOWS="tests.support.tiny_flow",
+            PICOFLOW_FLOWS=flows,
             PICOFLOW_SCRIPT=str(script),
             POWERTOOLS_METRICS_DISABLED="true",
             POWERTOOLS_LOG_LEVEL="WARNING",
