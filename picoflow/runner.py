@@ -42,6 +42,7 @@ from picoflow.recovery import (
     recover_from_error,
     should_retry,
 )
+from picoflow.tools import argument_model
 from picoflow.transitions import TOOL_VALIDATED, Transition, _executing_handler_step, as_transition
 
 if TYPE_CHECKING:
@@ -523,7 +524,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
                             else "Not run: another call in this batch had invalid arguments.")
                 outcome.messages.append(_tool_message(step, call, feedback, status="error"))
             return outcome
-        validated = [{**call, "args": args} for call, args in checked]
+        validated = [{**call, "args": _as_dict(args)} for call, args in checked]
         returned = await _call_handler(step, group, validated)
         if isinstance(returned, DirectResult):
             outcome.result = _worker_result(flow, step, returned)
@@ -554,7 +555,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
             flow.logger.warn(f"missing tool handler: {name}", step=step.id)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
             continue
-        returned = await _call_handler(step, handler, args, call)
+        returned = await _call_handler(step, handler, _handler_argument(handler, args), call)
         if isinstance(returned, DirectResult):
             outcome.result = _worker_result(flow, step, returned)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
@@ -577,16 +578,26 @@ def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult
     return result
 
 
-def _checked_args(flow: Flow, call: dict[str, Any]) -> dict[str, Any] | ValidationError:
-    """The call's arguments validated against its tool schema, or the validation error."""
+def _checked_args(flow: Flow, call: dict[str, Any]) -> dict[str, Any] | BaseModel | ValidationError:
+    """The call's arguments validated against its tool schema (the model instance), or the validation error."""
     spec = flow.get_tool(call["name"])
     raw = call.get("args") or {}
     if spec is None:
         return dict(raw)
     try:
-        return spec.schema.model_validate(raw).model_dump(mode="json")
+        return spec.schema.model_validate(raw)
     except ValidationError as exc:
         return exc
+
+
+def _as_dict(args: dict[str, Any] | BaseModel) -> dict[str, Any]:
+    return args.model_dump(mode="json") if isinstance(args, BaseModel) else args
+
+
+def _handler_argument(handler: Any, args: dict[str, Any] | BaseModel) -> Any:
+    """A typed handler (``args: Model``) gets the validated model; any other handler its JSON dict."""
+    wanted = argument_model(getattr(handler, "__func__", handler))
+    return args if wanted is not None and isinstance(args, wanted) else _as_dict(args)
 
 
 def _tool_message(step: Step, call: dict[str, Any], content: str, status: str = "success") -> ToolMessageEx:

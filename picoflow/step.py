@@ -35,7 +35,7 @@ from picoflow.recovery import (
     resolve_call_policy,
 )
 from picoflow.session.document import StepDoc, format_timestamp, validate_namespace
-from picoflow.tools import ToolSpec, decorated_tools, exposed_order, group_handlers
+from picoflow.tools import ToolSpec, decorated_tools, exposed_order, group_handlers, typed_tool_specs
 from picoflow.transitions import PLAIN_TEXT, Transition, go
 
 if TYPE_CHECKING:
@@ -128,8 +128,13 @@ class Step:
         return self._state.get(PROMPT_KEY)
 
     def define_tools(self) -> list[ToolSpec]:
-        """Tool definitions this step contributes to the flow-wide registry."""
-        return []
+        """Tool definitions this step contributes to the flow-wide registry.
+
+        By default, one per typed ``@tool`` handler (``async def book(self, args: BookArgs)``): its name, its
+        docstring as the description and its annotation as the schema. An override that declares more
+        ``ToolSpec``s keeps those with ``[*super().define_tools(), ...]``.
+        """
+        return list(typed_tool_specs(type(self)))
 
     def use_tools(self) -> list[str]:
         """Names of tools to expose without a decorated handler here."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -125,3 +127,36 @@ def group_handlers(cls: type) -> dict[frozenset[str], str]:
             if names is not None:
                 found.setdefault(names, attr)
     return found
+
+
+@lru_cache(maxsize=1024)
+def argument_model(func: Callable) -> type[BaseModel] | None:
+    """The pydantic model a typed handler's argument is annotated with (``args: Model``), else None."""
+    try:
+        hints = typing.get_type_hints(func)
+    except (NameError, TypeError):
+        return None
+    parameters = [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
+    if not parameters:
+        return None
+    hint = hints.get(parameters[0].name)
+    return hint if isinstance(hint, type) and issubclass(hint, BaseModel) else None
+
+
+@lru_cache(maxsize=1024)
+def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
+    """A ``ToolSpec`` for every ``@tool`` handler of ``cls`` whose argument is annotated with a pydantic model.
+
+    The name is the tool's, the description the handler's docstring (first paragraph), the schema the annotation:
+    such a tool is declared once, by its handler.
+    """
+    specs = []
+    for name, attr in decorated_tools(cls).items():
+        func = getattr(cls, attr)
+        schema = argument_model(func)
+        if schema is None:
+            continue
+        doc = inspect.getdoc(func) or ""
+        description = doc.split("\n\n", 1)[0].replace("\n", " ").strip() or name.replace("_", " ")
+        specs.append(ToolSpec(name=name, description=description, schema=schema))
+    return tuple(specs)
