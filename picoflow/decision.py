@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model, field_validator
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import DecisionValidationError, ParallelCancelledError, PicoFlowError, TurnDeadlineError
 from picoflow.messages import CONTINUE_PREFIX, OPENER_TEXT, content_text
 from picoflow.models.selection import ModelSelection
-from picoflow.parallel import ParallelCancelledError, current_signal
-from picoflow.runner import EMPTY_RESPONSE_NUDGE, MIN_CALL_SECONDS, TurnDeadlineError
+from picoflow.parallel import current_signal
+from picoflow.runner import EMPTY_RESPONSE_NUDGE, MIN_CALL_SECONDS
 from picoflow.session.document import TokenUsage
 from picoflow.step import LogicStep, Step
 from picoflow.tokens import usage_from_message
@@ -130,18 +130,6 @@ class NoulAnswer(_Answer):
 
 Answer = ChoiceAnswer | ScoreAnswer | NoulAnswer
 _ANSWER_TYPES: dict[str, type[_Answer]] = {"choice": ChoiceAnswer, "score": ScoreAnswer, "noul": NoulAnswer}
-
-
-class DecisionValidationError(PicoFlowError):
-    """A provider's answers do not fit the questions; they never reach ``on_decision`` and are not retried."""
-
-    code = "DECISION_INVALID"
-    status_code = 502
-
-    def __init__(self, message: str, *, usage: TokenUsage | None = None) -> None:
-        super().__init__(message)
-        #: What the rejected response cost, so it is still accounted for.
-        self.usage = usage
 
 
 def validate_answers(questions: Mapping[str, Question], answers: Any) -> dict[str, Answer]:

@@ -20,6 +20,8 @@ from picoflow.compaction import compact_history
 from picoflow.decision import DecisionProvider
 from picoflow.errors import (
     RETRY_AFTER_SECONDS,
+    BadRequestError,
+    FlowNotFoundError,
     FlowSetupError,
     IdempotencyKeyMismatchError,
     IdempotencyKeyReusedError,
@@ -34,12 +36,13 @@ from picoflow.errors import (
     SessionOutcomeUnknownError,
     SessionStoreError,
     SessionTooLargeError,
+    TurnDeadlineError,
     public_message,
 )
 from picoflow.flow import Flow
 from picoflow.logger import SessionLogger
 from picoflow.models.registry import ModelProvider, ProviderRegistry
-from picoflow.runner import TurnDeadlineError, run_turn
+from picoflow.runner import run_turn
 from picoflow.session.document import FlowDoc, SessionDoc, TokenUsage
 from picoflow.session.receipts import (
     MIN_ANONYMOUS_KEY_CHARS,
@@ -118,16 +121,6 @@ class RunResponse(BaseModel):
     def receipt_response(self) -> dict[str, Any]:
         """What a receipt keeps of this response, to answer a retry of the same key identically."""
         return self.model_dump(exclude={"replayed", "retry_after", "tokens", "detail"})
-
-
-class BadRequestError(PicoFlowError):
-    code = "BAD_REQUEST"
-    status_code = 400
-
-
-class FlowNotFoundError(PicoFlowError):
-    code = "FLOW_NOT_FOUND"
-    status_code = 400
 
 
 @dataclass(frozen=True)

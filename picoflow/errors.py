@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PicoFlowError(Exception):
     """Base class of every PicoFlow error."""
@@ -96,6 +98,81 @@ class SessionNotFoundError(PicoFlowError):
 
     code = "SESSION_NOT_FOUND"
     status_code = 404
+
+
+class BadRequestError(PicoFlowError):
+    """The request itself is malformed; its message is a fixed sentence safe to show the client."""
+
+    code = "BAD_REQUEST"
+    status_code = 400
+
+
+class FlowNotFoundError(PicoFlowError):
+    code = "FLOW_NOT_FOUND"
+    status_code = 400
+
+
+class TurnDeadlineError(PicoFlowError):
+    """The turn ran out of time before it could start another model call."""
+
+    code = "TURN_DEADLINE"
+    status_code = 504
+
+
+class LlmBlockedError(PicoFlowError):
+    """The provider refused or filtered the model call and no hook handled it."""
+
+    code = "LLM_BLOCKED"
+    status_code = 422
+
+    def __init__(self, context: Any) -> None:
+        super().__init__(
+            f"The model provider blocked the {context.phase} of step '{context.step_id}' ({context.reason})."
+        )
+        #: The ``LlmBlockedContext`` the hooks saw.
+        self.context = context
+
+
+class DecisionValidationError(PicoFlowError):
+    """A provider's answers do not fit the questions; they never reach ``on_decision`` and are not retried."""
+
+    code = "DECISION_INVALID"
+    status_code = 502
+
+    def __init__(self, message: str, *, usage: Any = None) -> None:
+        super().__init__(message)
+        #: What the rejected response cost (a ``TokenUsage``), so it is still accounted for.
+        self.usage = usage
+
+
+class ParallelExecutionError(PicoFlowError):
+    """A framework failure of a run_steps() barrier: it raises and publishes none of the batch's state."""
+
+    code = "PARALLEL_EXECUTION"
+
+
+class ParallelMutationError(ParallelExecutionError):
+    """A worker tried to change something outside its own private state and memory."""
+
+    code = "PARALLEL_MUTATION"
+
+
+class ParallelStateConflictError(ParallelExecutionError):
+    """Two branches proposed replacements for the same state field (or replaced a reduced one)."""
+
+    code = "PARALLEL_STATE_CONFLICT"
+
+
+class ParallelDuplicateKeyError(ParallelExecutionError):
+    """Two requests of one batch share a branch key."""
+
+    code = "PARALLEL_DUPLICATE_KEY"
+
+
+class ParallelCancelledError(PicoFlowError):
+    """A branch stopped (or never started) because its batch was cancelled; an ordinary rejection."""
+
+    code = "PARALLEL_CANCELLED"
 
 
 class SessionOutcomeUnknownError(PicoFlowError):

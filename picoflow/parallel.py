@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from pydantic import BaseModel, ValidationError
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import (
+    ParallelCancelledError,
+    ParallelDuplicateKeyError,
+    ParallelExecutionError,
+    ParallelMutationError,
+    ParallelStateConflictError,
+    PicoFlowError,
+)
 from picoflow.memory import Memory, Namespace
 from picoflow.session.document import SequenceItem, format_timestamp, validate_namespace
 
@@ -55,36 +62,6 @@ ABSENT = _Absent()
 
 
 # -- errors ------------------------------------------------------------------------------------
-
-
-class ParallelExecutionError(PicoFlowError):
-    """A framework failure of a run_steps() barrier: it raises and publishes none of the batch's state."""
-
-    code = "PARALLEL_EXECUTION"
-
-
-class ParallelMutationError(ParallelExecutionError):
-    """A worker tried to change something outside its own private state and memory."""
-
-    code = "PARALLEL_MUTATION"
-
-
-class ParallelStateConflictError(ParallelExecutionError):
-    """Two branches proposed replacements for the same state field (or replaced a reduced one)."""
-
-    code = "PARALLEL_STATE_CONFLICT"
-
-
-class ParallelDuplicateKeyError(ParallelExecutionError):
-    """Two requests of one batch share a branch key."""
-
-    code = "PARALLEL_DUPLICATE_KEY"
-
-
-class ParallelCancelledError(PicoFlowError):
-    """A branch stopped (or never started) because its batch was cancelled; an ordinary rejection."""
-
-    code = "PARALLEL_CANCELLED"
 
 
 # -- cancellation --------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import AIMessage
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import LlmBlockedError, PicoFlowError
 from picoflow.models.selection import ModelSelection
 
 if TYPE_CHECKING:
@@ -95,19 +95,6 @@ class LlmBlockedContext:
     phase: Literal["prompt", "candidate"]
     details: dict[str, Any] = field(default_factory=dict)
     signal: CancellationSignal | None = None
-
-
-class LlmBlockedError(PicoFlowError):
-    """The provider refused or filtered the model call and no hook handled it."""
-
-    code = "LLM_BLOCKED"
-    status_code = 422
-
-    def __init__(self, context: LlmBlockedContext) -> None:
-        super().__init__(
-            f"The model provider blocked the {context.phase} of step '{context.step_id}' ({context.reason})."
-        )
-        self.context = context
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
 
 from picoflow.compaction import summary_system_message
-from picoflow.errors import ModelUnavailableError, PicoFlowError
+from picoflow.errors import ModelUnavailableError, ParallelCancelledError, PicoFlowError, TurnDeadlineError
 from picoflow.messages import (
     CONTINUE_PREFIX,
     AiMessageEx,
@@ -27,7 +27,7 @@ from picoflow.messages import (
 )
 from picoflow.models.context import calling_step
 from picoflow.models.selection import ModelSelection
-from picoflow.parallel import DirectResult, ParallelCancelledError, active_scope, current_signal, execution_frames
+from picoflow.parallel import DirectResult, active_scope, current_signal, execution_frames
 from picoflow.recovery import (
     Block,
     LlmAttemptErrorContext,
@@ -57,13 +57,6 @@ EMPTY_RESPONSE_NUDGE = "Follow system prompt and respond properly."
 MAX_HOPS_PER_TURN = 64
 # Do not start a model call with less time than this left before the turn deadline.
 MIN_CALL_SECONDS = 1.0
-
-
-class TurnDeadlineError(PicoFlowError):
-    """The turn ran out of time before it could start another model call."""
-
-    code = "TURN_DEADLINE"
-    status_code = 504
 
 
 @dataclass
