@@ -28,6 +28,7 @@ from picoflow.step import LogicStep, Step
 from picoflow.tokens import usage_from_message
 from picoflow.tools import group_handlers
 from picoflow.transitions import Transition, as_transition
+from picoflow.validation import validation_problems
 
 if TYPE_CHECKING:
     from picoflow.flow import Flow
@@ -151,11 +152,8 @@ def _validate_answer(name: str, question: Question, raw: Any) -> Answer:
     try:
         answer = _ANSWER_TYPES[question.type].model_validate(raw)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error.get("loc", ())) or "answer"
-        raise DecisionValidationError(
-            f"Answer '{name}' is not a {question.type} answer ({where}: {error.get('msg')})."
-        ) from exc
+        problem = validation_problems(exc, "answer", first_only=True)
+        raise DecisionValidationError(f"Answer '{name}' is not a {question.type} answer ({problem}).") from exc
 
     def fail(problem: str) -> DecisionValidationError:
         return DecisionValidationError(f"Answer '{name}' ({question.type}): {problem}.")
@@ -329,9 +327,7 @@ def resolve_decision_config(layers: Sequence[tuple[str, Any]], default_model: Mo
     try:
         config = DecisionConfig.model_validate(merged)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        raise PicoFlowError(f"Invalid decision options ({where}: {error.get('msg')}).") from exc
+        raise PicoFlowError(f"Invalid decision options ({validation_problems(exc, '', first_only=True)}).") from exc
     return config if config.model is not None else config.model_copy(update={"model": default_model})
 
 

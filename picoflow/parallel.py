@@ -32,6 +32,7 @@ from picoflow.errors import (
 )
 from picoflow.memory import Memory, Namespace
 from picoflow.session.document import SequenceItem, format_timestamp, validate_namespace
+from picoflow.validation import validation_problems
 
 if TYPE_CHECKING:
     from picoflow.flow import Flow
@@ -656,9 +657,7 @@ def _validated_params(step: Step, key: str, params: Any) -> dict[str, Any]:
         try:
             validated = schema.model_validate(dict(params))
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err.get('loc', ())) or 'params'}: {err.get('msg')}" for err in exc.errors()
-            )
+            problems = validation_problems(exc, "params")
             raise ParallelExecutionError(f"Invalid params for branch '{key}' of step '{step.id}': {problems}") from exc
         params = validated.model_dump(mode="json") if isinstance(validated, BaseModel) else validated
     check_json(params, f"The params of branch '{key}'")

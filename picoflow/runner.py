@@ -44,6 +44,7 @@ from picoflow.recovery import (
 )
 from picoflow.tools import argument_model
 from picoflow.transitions import TOOL_VALIDATED, Transition, _executing_handler_step, as_transition
+from picoflow.validation import validation_problems
 
 if TYPE_CHECKING:
     from picoflow.flow import Flow
@@ -598,7 +599,5 @@ def _tool_message(step: Step, call: dict[str, Any], content: str, status: str = 
 
 
 def _validation_feedback(name: str, exc: ValidationError) -> str:
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in err.get('loc', ())) or 'arguments'}: {err.get('msg')}" for err in exc.errors()
-    )
+    problems = validation_problems(exc, "arguments")
     return f"Invalid arguments for tool '{name}': {problems}. Call the tool again with corrected arguments."

@@ -35,6 +35,7 @@ from picoflow.recovery import (
     resolve_call_policy,
 )
 from picoflow.session.document import StepDoc, format_timestamp, validate_namespace
+from picoflow.state import deep_merge, read_path
 from picoflow.tools import ToolSpec, decorated_tools, exposed_order, group_handlers, typed_tool_specs
 from picoflow.transitions import PLAIN_TEXT, Transition, go
 
@@ -46,33 +47,6 @@ if TYPE_CHECKING:
 TRANSIENT_KEY = "_transient"
 PROMPT_KEY = "_prompt"
 SAVE_ON_KEY = "_saveOn"
-
-
-def read_path(data: Any, path: str | None) -> Any:
-    """Read a dotted path (``a.b.0.c``) from nested dicts and lists; ``None`` when absent."""
-    if path is None:
-        return data
-    current = data
-    for part in path.split("."):
-        if isinstance(current, dict):
-            current = current.get(part)
-        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
-            current = current[int(part)]
-        else:
-            return None
-        if current is None:
-            return None
-    return current
-
-
-def deep_merge(target: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
-    """Merge ``incoming`` into ``target`` in place: nested dicts merge, everything else replaces."""
-    for key, value in incoming.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            deep_merge(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-    return target
 
 
 class Step:
