@@ -41,7 +41,7 @@ from botocore.config import Config
 from picoflow import Flow, FlowEngine, RunResponse
 from picoflow.engine import SESSION_ID_PATTERN
 from picoflow.errors import RETRY_AFTER_SECONDS, public_message
-from picoflow.models.registry import default_registry
+from picoflow.models.factory import default_registry
 from picoflow.session.store import store_from_env
 
 SESSION_HEADER = "CHAT_SESSION_ID"

@@ -22,9 +22,10 @@ from picoflow.errors import PicoFlowError
 from picoflow.models.anthropic import AnthropicProvider
 from picoflow.models.bedrock import BedrockProvider
 from picoflow.models.common import DEFAULT_TIMEOUT_SECONDS, usage_normalising
+from picoflow.models.factory import default_registry
 from picoflow.models.google import GoogleProvider
 from picoflow.models.openai import OPENAI_COMPATIBLE, OpenAIProvider
-from picoflow.models.registry import ProviderRegistry, default_registry
+from picoflow.models.registry import ProviderRegistry
 from picoflow.models.selection import ModelSelection
 from picoflow.session.document import TokenUsage
 from picoflow.tokens import usage_from_message
@@ -550,7 +551,7 @@ def test_the_default_registry_has_every_built_in_provider() -> None:
 def test_importing_picoflow_and_its_registry_loads_no_provider_package() -> None:
     code = (
         "import sys, picoflow\n"
-        "from picoflow.models.registry import default_registry\n"
+        "from picoflow.models.factory import default_registry\n"
         "default_registry({})\n"
         "print([m for m in ('langchain_openai', 'langchain_anthropic', 'langchain_google_genai', 'langchain_aws')"
         " if m in sys.modules])\n"

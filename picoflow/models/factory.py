@@ -1,0 +1,42 @@
+"""The registry the handler and the CLI build from the environment: every built-in provider.
+
+It lives beside the provider contract (``registry.py``) rather than inside it, so the contract imports no provider
+and no provider imports anything that imports it back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from picoflow.models.anthropic import AnthropicProvider
+from picoflow.models.bedrock import BedrockProvider
+from picoflow.models.google import GoogleProvider
+from picoflow.models.openai import OPENAI_COMPATIBLE, OpenAIProvider
+from picoflow.models.registry import ModelProvider, ProviderRegistry
+from picoflow.models.scripted import ScriptedProvider
+
+
+def default_registry(environ: Mapping[str, str] | None = None) -> ProviderRegistry:
+    """The registry the handler and the CLI use: every built-in provider, configured from ``environ`` (the
+    process environment by default; keys are read now, endpoints and Regions when a model is built), and,
+    when ``PICOFLOW_SCRIPT`` names a JSON script, a ``ScriptedProvider`` overriding every selection.
+
+    The built-in providers are the OpenAI-compatible family (``openai``, ``azure-openai``, ``deepseek``,
+    ``moonshot``, ``zai``, ``openrouter``, ``ollama``), then ``anthropic``, ``google`` and ``bedrock``, whose
+    LangChain packages are optional extras imported only when one of their models is built."""
+    env = os.environ if environ is None else environ
+    providers: list[ModelProvider] = [
+        OpenAIProvider(api_key=env.get(endpoint.key_env), name=name, environ=env)
+        for name, endpoint in OPENAI_COMPATIBLE.items()
+    ]
+    providers += [
+        AnthropicProvider(api_key=env.get("ANTHROPIC_API_KEY"), environ=env),
+        GoogleProvider(api_key=env.get("GOOGLE_API_KEY") or env.get("GEMINI_API_KEY"), environ=env),
+        BedrockProvider(environ=env),
+    ]
+    registry = ProviderRegistry(providers)
+    script_path = env.get("PICOFLOW_SCRIPT")
+    if script_path:
+        registry.override = ScriptedProvider.from_file(script_path)
+    return registry
