@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field
 
 from flows.basic.common import ADDRESS_END, ROLE, ExitOnRequest, parse_json_object
 from flows.basic.in_context import InContextStep
 from flows.basic.validators import InvalidInput, check_birth_date, check_full_name, parse_address
-from picoflow import Step, TerminateSessionStep, ToolSpec, Transition, go, stay, tool
+from picoflow import Step, TerminateSessionStep, Transition, go, stay, tool
 from picoflow.prompts import prompt
 
 
@@ -33,13 +31,11 @@ class NameStep(ExitOnRequest, Step):
     def get_prompt(self) -> str:
         return prompt("name.md", __file__, role=ROLE)
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [ToolSpec(name="user_name", description="Record the user's full name", schema=NameArgs)]
-
     @tool
-    async def user_name(self, args: dict[str, Any]) -> Transition:
+    async def user_name(self, args: NameArgs) -> Transition:
+        """Record the user's full name"""
         try:
-            name = check_full_name(args["name"])
+            name = check_full_name(args.name)
         except InvalidInput as exc:
             return stay(f"{exc} Tell the user and ask for a different full name.")
         self.save_state({"name": name})
@@ -66,20 +62,12 @@ class DOBStep(ExitOnRequest, Step):
         name = self.flow.get_step_state(NameStep, "name") or "the user"
         return prompt("dob.md", __file__, role=ROLE, user_name=name)
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="dob",
-                description="Record a date of birth; read numeric slash dates as month/day/year.",
-                schema=BirthDateArgs,
-            )
-        ]
-
     @tool
-    async def dob(self, args: dict[str, Any]) -> Transition:
+    async def dob(self, args: BirthDateArgs) -> Transition:
+        """Record a date of birth; read numeric slash dates as month/day/year."""
         # The schema only bounds each number; whether the date exists is decided here.
         try:
-            born = check_birth_date(args["year"], args["month"], args["day"])
+            born = check_birth_date(args.year, args.month, args.day)
         except InvalidInput as exc:
             return stay(f"{exc} Ask for a valid date of birth in M/D/YYYY format.")
         self.save_state({"year": born.year, "month": born.month, "day": born.day})
@@ -92,13 +80,11 @@ class AddressStep(ExitOnRequest, Step):
     def get_prompt(self) -> str:
         return prompt("address.md", __file__, role=ROLE)
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [ToolSpec(name="address", description="Record the user's mailing address", schema=AddressArgs)]
-
     @tool
-    async def address(self, args: dict[str, Any]) -> Transition:
+    async def address(self, args: AddressArgs) -> Transition:
+        """Record the user's mailing address"""
         try:
-            parsed = parse_address(args["address"])
+            parsed = parse_address(args.address)
         except InvalidInput as exc:
             return stay(f"{exc} Ask for the street, city, two-letter state and ZIP code.")
         # Keep the parsed parts, not the raw text, so every reader gets the same split.

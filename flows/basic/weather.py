@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from flows.basic.city_weather import SUPPORTED_CITIES, fetch_temperatures, normalize_city
 from flows.basic.common import ROLE, ExitOnRequest
 from flows.basic.logic import FooLogicStep
-from picoflow import Step, ToolSpec, Transition, go, stay, tool, tools
+from picoflow import Step, Transition, go, stay, tool, tools
 from picoflow.prompts import prompt
 
 
@@ -23,26 +23,19 @@ class WeatherStep(ExitOnRequest, Step):
     def get_prompt(self) -> str:
         return prompt("weather.md", __file__, role=ROLE)
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="get_weather",
-                description="Look up the temperature of one supported city. Call it once per city the user names.",
-                schema=WeatherArgs,
-            )
-        ]
-
     # Used when get_weather arrives next to another tool; the group handler below takes every reply
     # that calls get_weather alone, however many times.
     @tool
-    async def get_weather(self, args: dict[str, Any]) -> Transition:
-        return self._look_up([args["city"]])
+    async def get_weather(self, args: WeatherArgs) -> Transition:
+        """Look up the temperature of one supported city. Call it once per city the user names."""
+        return self._look_up([args.city])
 
     @tools(["get_weather"])
     async def get_weather_batch(self, calls: list[dict[str, Any]]) -> Transition:
-        # Group handlers receive the raw calls: their arguments have not been schema-checked.
-        cities = [(call.get("args") or {}).get("city") for call in calls]
-        if not all(isinstance(city, str) and city.strip() for city in cities):
+        # Every call's arguments were validated against WeatherArgs before this runs (they arrive as dicts);
+        # a blank city passes the schema, so it is refused here.
+        cities = [call["args"]["city"] for call in calls]
+        if not all(city.strip() for city in cities):
             return stay("Every get_weather call needs a city. Ask the user for LA or NYC.")
         return self._look_up(cities)
 

@@ -35,7 +35,6 @@ from picoflow import (
     LogicStep,
     Step,
     TerminateSessionStep,
-    ToolSpec,
     Transition,
     direct,
     go,
@@ -115,18 +114,9 @@ class QualificationStep(_CollectionStep):
             **self._correction_values(),
         )
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="capture_home_qualification",
-                description="Save the complete qualification record once every field is known.",
-                schema=Qualification,
-            )
-        ]
-
     @tool
-    async def capture_home_qualification(self, args: dict[str, Any]) -> Transition:
-        record = Qualification.model_validate(args)
+    async def capture_home_qualification(self, record: Qualification) -> Transition:
+        """Save the complete qualification record once every field is known."""
         today = quote_date(self)
         latest = today + timedelta(days=QUOTE_CONFIG.max_effective_days)
         if not today < record.effective_date <= latest:
@@ -150,18 +140,9 @@ class PropertyStep(_CollectionStep):
             **self._correction_values(),
         )
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="capture_home_property",
-                description="Save the complete property profile (all fields, including unchanged ones).",
-                schema=PropertyProfile,
-            )
-        ]
-
     @tool
-    async def capture_home_property(self, args: dict[str, Any]) -> Transition:
-        record = PropertyProfile.model_validate(args)
+    async def capture_home_property(self, record: PropertyProfile) -> Transition:
+        """Save the complete property profile (all fields, including unchanged ones)."""
         year = quote_date(self).year
         if record.year_built > year:
             return stay(f"The year built cannot be later than {year}. Ask the customer to check it.")
@@ -180,18 +161,10 @@ class RiskStep(_CollectionStep):
     def get_prompt(self) -> str:
         return _instructions("risk.md", RISK=_json(self.get_state("risk")), **self._correction_values())
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="capture_home_risk",
-                description="Save the complete risk profile once claims, hazards and protections are known.",
-                schema=RiskProfile,
-            )
-        ]
-
     @tool
-    async def capture_home_risk(self, args: dict[str, Any]) -> Transition:
-        self.save_state({"risk": RiskProfile.model_validate(args).model_dump(mode="json")})
+    async def capture_home_risk(self, record: RiskProfile) -> Transition:
+        """Save the complete risk profile once claims, hazards and protections are known."""
+        self.save_state({"risk": record.model_dump(mode="json")})
         return self._leave(CoverageStep)
 
 
@@ -208,18 +181,9 @@ class CoverageStep(_CollectionStep):
             **self._correction_values(),
         )
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="capture_home_coverage",
-                description="Save the complete coverage preferences once every choice is made.",
-                schema=CoveragePreferences,
-            )
-        ]
-
     @tool
-    async def capture_home_coverage(self, args: dict[str, Any]) -> Transition:
-        record = CoveragePreferences.model_validate(args)
+    async def capture_home_coverage(self, record: CoveragePreferences) -> Transition:
+        """Save the complete coverage preferences once every choice is made."""
         limits = QUOTE_CONFIG.dwelling_limit
         if not limits.min <= record.dwelling_limit <= limits.max:
             return stay(
@@ -298,17 +262,9 @@ class ReviewStep(_CorrectsApplication):
     def get_prompt(self) -> str:
         return _instructions("review.md", APPLICATION=_json(application_parts(self.flow)))
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="confirm_home_application",
-                description="The customer confirmed that every application detail shown is correct.",
-                schema=NoArguments,
-            )
-        ]
-
     @tool
-    async def confirm_home_application(self, args: dict[str, Any]) -> Transition:
+    async def confirm_home_application(self, args: NoArguments) -> Transition:
+        """The customer confirmed that every application detail shown is correct."""
         missing = missing_parts(self.flow)
         if missing:
             return go(APPLICATION_OWNERS[missing[0]])
@@ -368,61 +324,41 @@ class PresentQuoteStep(_CorrectsApplication):
             SELECTED_OPTION=_json(self.get_state("selectedOption")),
         )
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="show_home_quote_options",
-                description="Show the customer the exact option table of the current quote.",
-                schema=NoArguments,
-            ),
-            ToolSpec(
-                name="compare_home_quote_options",
-                description="Show an exact side-by-side comparison of two or more current options.",
-                schema=CompareArgs,
-            ),
-            ToolSpec(
-                name="change_home_quote_deductible",
-                description="Re-rate the quote with another deductible the customer asked for.",
-                schema=DeductibleArgs,
-            ),
-            ToolSpec(
-                name="select_home_quote_option",
-                description="Record the option the customer explicitly chose.",
-                schema=SelectArgs,
-            ),
-        ]
-
     @tool
-    async def show_home_quote_options(self, args: dict[str, Any]) -> Transition:
+    async def show_home_quote_options(self, args: NoArguments) -> Transition:
+        """Show the customer the exact option table of the current quote."""
         self.remove_state("needsPresentation")
         return direct(presenter.options(current_quote(self.flow))).with_content_type(presenter.MARKDOWN)
 
     @tool
-    async def compare_home_quote_options(self, args: dict[str, Any]) -> Transition:
+    async def compare_home_quote_options(self, args: CompareArgs) -> Transition:
+        """Show an exact side-by-side comparison of two or more current options."""
         result = current_quote(self.flow)
-        wanted = list(dict.fromkeys(option_id.strip().upper() for option_id in args["option_ids"]))
+        wanted = list(dict.fromkeys(option_id.strip().upper() for option_id in args.option_ids))
         chosen = [option for option in (result.option(option_id) for option_id in wanted) if option]
         if len(chosen) != len(wanted) or len(chosen) < 2:
             return stay(f"Compare two or more current option ids: {', '.join(result.option_ids())}.")
         return direct(presenter.comparison(chosen, result.quote_id)).with_content_type(presenter.MARKDOWN)
 
     @tool
-    async def change_home_quote_deductible(self, args: dict[str, Any]) -> Transition:
+    async def change_home_quote_deductible(self, args: DeductibleArgs) -> Transition:
+        """Re-rate the quote with another deductible the customer asked for."""
         coverage = _record(self.flow, CoverageStep, "coverage", CoveragePreferences)
         if coverage is None:
             raise IncompleteApplicationError("PresentQuoteStep needs CoverageStep.coverage.")
-        if coverage.deductible == args["deductible"]:
+        if coverage.deductible == args.deductible:
             return stay(f"The current quote already uses a {presenter.usd(coverage.deductible)} deductible.")
         # The deductible belongs to CoverageStep; the quote is then rebuilt from the updated owner.
-        changed = coverage.model_copy(update={"deductible": args["deductible"]})
+        changed = coverage.model_copy(update={"deductible": args.deductible})
         self.flow.save_step_state(CoverageStep, {"coverage": changed.model_dump(mode="json")})
         self.remove_state("selectedOption")
         return go(RateQuoteStep)
 
     @tool
-    async def select_home_quote_option(self, args: dict[str, Any]) -> Transition:
+    async def select_home_quote_option(self, args: SelectArgs) -> Transition:
+        """Record the option the customer explicitly chose."""
         result = current_quote(self.flow)
-        option = result.option(args["option_id"])
+        option = result.option(args.option_id)
         if option is None:
             return stay(f"Choose one current option id: {', '.join(result.option_ids())}.")
         self.save_state({"selectedOption": option.model_dump(mode="json")})
@@ -442,21 +378,12 @@ class ContactStep(_CorrectsApplication):
             SELECTED_OPTION=_json(self.flow.get_step_state(PresentQuoteStep, "selectedOption")),
         )
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="capture_home_contact",
-                description="Record whether the customer consents to be contacted and, with consent, their details.",
-                schema=ContactArgs,
-            )
-        ]
-
     @tool
-    async def capture_home_contact(self, args: dict[str, Any]) -> Transition:
+    async def capture_home_contact(self, details: ContactArgs) -> Transition:
+        """Record whether the customer consents to be contacted and, with consent, their details."""
         selected = self.flow.get_step_state(PresentQuoteStep, "selectedOption")
         if selected is None:
             return go(PresentQuoteStep)
-        details = ContactArgs.model_validate(args)
         if details.consent and not (details.full_name and details.email):
             return stay("With consent, a full name and an email address are required; phone and address are optional.")
         if not details.consent:
@@ -481,17 +408,9 @@ class ReferralStep(_CorrectsApplication):
         reasons = "\n".join(f"- {code}: {QUOTE_CONFIG.reason_descriptions.get(code, code)}" for code in codes)
         return _instructions("referral.md", DECISION=str(self.get_state("decision")), REASONS=reasons or "- none")
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="end_home_quote",
-                description="The customer has no correction to make and wants to finish.",
-                schema=NoArguments,
-            )
-        ]
-
     @tool
-    async def end_home_quote(self, args: dict[str, Any]) -> Transition:
+    async def end_home_quote(self, args: NoArguments) -> Transition:
+        """The customer has no correction to make and wants to finish."""
         codes = ", ".join(self.get_state("reasonCodes") or [])
         outcome = f"No online quote was given; the application was referred for review ({codes})."
         return go(TerminateSessionStep).with_prompt(_instructions("closing.md", OUTCOME=outcome))

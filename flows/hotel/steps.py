@@ -11,7 +11,7 @@ from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, Field
 
 from flows.hotel import catalog, chart
-from picoflow import HumanMessageEx, Step, TerminateSessionStep, ToolSpec, Transition, direct, direct_to, go, stay, tool
+from picoflow import HumanMessageEx, Step, TerminateSessionStep, Transition, direct, direct_to, go, stay, tool
 from picoflow.prompts import prompt
 
 Amenity = Literal[catalog.AMENITIES]  # type: ignore[valid-type]
@@ -108,21 +108,13 @@ class ExploreStep(HotelStep):
             "amenities": ", ".join(catalog.AMENITIES),
         }
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name="capture_choices",
-                description="Search hotels with the complete criteria, once the user asks to search.",
-                schema=CaptureChoices,
-            )
-        ]
-
     @tool
-    async def capture_choices(self, args: dict[str, Any]) -> Transition:
-        criteria = args["criteria"]
-        problem = catalog.date_problem(criteria["start"], criteria["end"], self.today())
+    async def capture_choices(self, args: CaptureChoices) -> Transition:
+        """Search hotels with the complete criteria, once the user asks to search."""
+        problem = catalog.date_problem(args.criteria.start, args.criteria.end, self.today())
         if problem:
             return stay(problem)
+        criteria = args.criteria.model_dump(mode="json")
         self.save_state({"criteria": criteria})
         found = catalog.search(criteria)
         if not found:
@@ -147,18 +139,12 @@ class PresentStep(HotelStep):
     def prompt_values(self) -> dict[str, Any]:
         return {"hotels": self.numbered(with_totals=True)}
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(name="chosen_hotel", description="Book the hotel the user chose.", schema=ChosenHotel),
-            ToolSpec(name="search_again", description="Change the criteria and search again.", schema=NoArgs),
-            ToolSpec(name="go_compare", description="Compare two or more listed hotels.", schema=HotelRefs),
-        ]
-
     @tool
-    async def chosen_hotel(self, args: dict[str, Any]) -> Transition:
-        picked = catalog.pick(self.results(), [args["hotel"]])
+    async def chosen_hotel(self, args: ChosenHotel) -> Transition:
+        """Book the hotel the user chose."""
+        picked = catalog.pick(self.results(), [args.hotel])
         if picked is None:
-            return stay(f"'{args['hotel']}' is not in the list. Ask the user to choose 1 to {len(self.results())}.")
+            return stay(f"'{args.hotel}' is not in the list. Ask the user to choose 1 to {len(self.results())}.")
         entry, criteria = picked[0], self.flow.get_step_state(ExploreStep, "criteria")
         booking = {
             "hotel": entry["hotel"],
@@ -174,12 +160,14 @@ class PresentStep(HotelStep):
         return direct_to(TerminateSessionStep, message)
 
     @tool
-    async def search_again(self, args: dict[str, Any]) -> Transition:
+    async def search_again(self, args: NoArgs) -> Transition:
+        """Change the criteria and search again."""
         return go(ExploreStep).with_message(self.forward(ExploreStep))
 
     @tool
-    async def go_compare(self, args: dict[str, Any]) -> Transition:
-        picked = self.pick_to_compare(args["hotels"])
+    async def go_compare(self, args: HotelRefs) -> Transition:
+        """Compare two or more listed hotels."""
+        picked = self.pick_to_compare(args.hotels)
         if picked is None:
             return stay(PICK_TWO)
         self.flow.save_step_state(CompareStep, {"selected": [entry["hotel"] for entry in picked]})
@@ -201,23 +189,19 @@ class CompareStep(HotelStep):
             "features": ", ".join(chart.FEATURES),
         }
 
-    def define_tools(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(name="generate_comparison", description="Compare hotels on one feature.", schema=Comparison),
-            ToolSpec(name="resume_booking", description="Go back to the result list to book.", schema=NoArgs),
-        ]
-
     @tool
-    async def generate_comparison(self, args: dict[str, Any]) -> Transition:
-        feature = args["feature"].strip().lower()
+    async def generate_comparison(self, args: Comparison) -> Transition:
+        """Compare hotels on one feature."""
+        feature = args.feature.strip().lower()
         if feature not in chart.FEATURES:
-            return stay(f"'{args['feature']}' cannot be compared. Offer these features: {', '.join(chart.FEATURES)}.")
-        picked = self.pick_to_compare(args["hotels"])
+            return stay(f"'{args.feature}' cannot be compared. Offer these features: {', '.join(chart.FEATURES)}.")
+        picked = self.pick_to_compare(args.hotels)
         if picked is None:
             return stay(PICK_TWO)
         self.save_state({"selected": [entry["hotel"] for entry in picked]})
         return direct(f"{chart.comparison(feature, picked)}\n\nAnother comparison, or ready to book?")
 
     @tool
-    async def resume_booking(self, args: dict[str, Any]) -> Transition:
+    async def resume_booking(self, args: NoArgs) -> Transition:
+        """Go back to the result list to book."""
         return go(PresentStep)
