@@ -32,7 +32,8 @@ test: lint chromium
 # It installs requirements.txt as wheels for the function's runtime and architecture (so any host can
 # build it, no python3.12 needed) and copies the example application, handlers/ and flows/; nothing
 # else of the repository ships. boto3, botocore and s3transfer are left out: the function uses the
-# copies the Lambda Python runtime includes.
+# copies the Lambda Python runtime includes. build/ goes first, as setuptools would pack whatever an
+# earlier build left in build/lib into the library's wheel.
 LAMBDA_PYTHON ?= 3.12
 LAMBDA_PLATFORMS ?= manylinux2014_aarch64 manylinux_2_28_aarch64
 BUILD_PY ?= python3
@@ -40,7 +41,9 @@ RUNTIME_PROVIDED := boto3 botocore s3transfer
 
 build-ApiFunction:
 	@test -n "$(ARTIFACTS_DIR)" || { echo "ARTIFACTS_DIR is not set" >&2; exit 2; }
-	$(BUILD_PY) -m pip install --quiet --disable-pip-version-check --no-compile --target "$(ARTIFACTS_DIR)" \
+	rm -rf build
+	$(BUILD_PY) -m pip install --quiet --disable-pip-version-check --no-compile --upgrade \
+		--target "$(ARTIFACTS_DIR)" \
 		--implementation cp --python-version $(LAMBDA_PYTHON) --only-binary=:all: \
 		$(addprefix --platform ,$(LAMBDA_PLATFORMS)) -r requirements.txt
 	cd "$(ARTIFACTS_DIR)" && rm -rf bin $(foreach name,$(RUNTIME_PROVIDED),$(name) $(name)-*.dist-info)

@@ -181,16 +181,29 @@ def read_openai_key(parameter_name: str) -> str | None:
         return None
 
 
-def load_flows(modules: str) -> list[type[Flow]]:
+def load_flows(modules: str | None = None) -> list[type[Flow]]:
     """The flow classes defined in the comma-separated ``modules``; a package includes its submodules.
+
+    ``modules`` is ``PICOFLOW_FLOWS``; when that is set, exactly those modules are loaded. Unset (or the
+    default, ``flows``), the flows are the installed flow packages plus the application's own: every module
+    named by an entry point of the ``picoflow.flows`` group (declared by a flow package, e.g.
+    ``[project.entry-points."picoflow.flows"] travel = "travel_flows"`` in its pyproject.toml), then the
+    ``flows`` package when one is importable (here the bundled example flows). Without either, loading fails.
 
     A class counts when it subclasses ``Flow``, implements ``config_model`` and is defined in (not
     merely imported into) one of those modules.
     """
+    names = [part.strip() for part in (modules or "").split(",") if part.strip()]
+    if not names or names == [DEFAULT_FLOW_MODULES]:
+        from importlib.metadata import entry_points
+
+        installed = sorted(entry_points(group="picoflow.flows"), key=lambda point: point.name)
+        names = [point.module for point in installed]
+        if importlib.util.find_spec(DEFAULT_FLOW_MODULES) is not None or not names:
+            names.insert(0, DEFAULT_FLOW_MODULES)
+        names = list(dict.fromkeys(names))
     found: list[type[Flow]] = []
-    for name in (part.strip() for part in modules.split(",")):
-        if not name:
-            continue
+    for name in names:
         module = importlib.import_module(name)
         loaded = [module]
         if hasattr(module, "__path__"):

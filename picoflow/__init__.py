@@ -1,5 +1,7 @@
 """PicoFlow for Python: stateful multi-step LLM conversations as flows of steps."""
 
+from typing import TYPE_CHECKING
+
 from picoflow.decision import (
     ChatDecisionProvider,
     Choice,
@@ -63,6 +65,27 @@ from picoflow.session.store import SessionStore
 from picoflow.step import LogicStep, Step, TerminateSessionStep
 from picoflow.tools import ToolSpec, tool, tools
 from picoflow.transitions import Transition, direct, direct_to, finish, go, stay
+
+if TYPE_CHECKING:
+    __version__: str
+else:
+
+    def __getattr__(name: str) -> str:
+        """``picoflow.__version__``: the installed distribution's (picoflow-aws), else the source tree's.
+
+        Read on first use, so that ``import picoflow`` does not import ``importlib.metadata``.
+        """
+        if name != "__version__":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("picoflow-aws")
+        except PackageNotFoundError:
+            value = "0.1.0"
+        globals()["__version__"] = value
+        return value
+
 
 __all__ = [
     "AiMessageEx",

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from pydantic import BaseModel
 
 from picoflow.session.document import MessageDoc, ToolCallDoc, format_timestamp
 
@@ -95,6 +96,7 @@ class DirectMessage(AIMessage):
 
 
 _PERSISTED_KWARGS = ("direct", "stopTool")
+_PERSISTED_KWARGS_SET = frozenset(_PERSISTED_KWARGS)
 
 
 def to_message_doc(message: BaseMessage) -> MessageDoc:
@@ -122,6 +124,43 @@ def to_message_doc(message: BaseMessage) -> MessageDoc:
 
 def from_message_doc(doc: MessageDoc) -> BaseMessage:
     """Rebuild the LangChain message from its persisted form."""
+    if _plain(doc) and _fast_build_ok():
+        return _build_fast(doc)
+    # Other content, keyword arguments a constructor may read (e.g. provider tool calls), or values changed
+    # in place since the document was validated: the constructors decide.
+    return _build_validated(doc)
+
+
+def _plain(doc: MessageDoc) -> bool:
+    """Whether ``doc`` holds only values the LangChain constructors keep exactly as they are."""
+    kind = doc.type
+    kwargs = doc.additional_kwargs
+    if (
+        type(doc.content) is not str
+        or kind not in _FAST_TYPES
+        or not _text_or_none(doc.id)
+        or not _text_or_none(doc.timestamp)
+        or (kwargs and (type(kwargs) is not dict or not _PERSISTED_KWARGS_SET.issuperset(kwargs)))
+    ):
+        return False
+    if kind == "tool":
+        status = doc.status
+        return type(doc.tool_call_id) is str and _text_or_none(doc.name) and (status is None or (
+            type(status) is str and status in _STATUSES))
+    if kind == "ai" and doc.tool_calls:
+        return type(doc.tool_calls) is list and all(
+            type(call) is ToolCallDoc and type(call.name) is str and type(call.args) is dict
+            and _text_or_none(call.id)
+            for call in doc.tool_calls
+        )
+    return True
+
+
+def _text_or_none(value: Any) -> bool:
+    return value is None or type(value) is str
+
+
+def _build_validated(doc: MessageDoc) -> BaseMessage:
     common: dict[str, Any] = {
         "content": doc.content,
         "id": doc.id,
@@ -138,3 +177,98 @@ def from_message_doc(doc: MessageDoc) -> BaseMessage:
         {"name": call.name, "args": call.args, "id": call.id, "type": "tool_call"} for call in doc.tool_calls or []
     ]
     return AIMessage(tool_calls=tool_calls, **common)
+
+
+# A stored message was validated when its document was loaded. Rebuilding it through the LangChain constructor
+# validates it a second time, which is most of the cost of resuming a session, so text messages are assembled
+# directly in the exact form the constructor produces. ``_fast_build_ok`` checks that equivalence once per
+# process against the installed LangChain and falls back to the constructors if it ever differs.
+_FAST_TYPES = {"system": SystemMessage, "human": HumanMessage, "ai": AIMessage, "tool": ToolMessage}
+_COMMON_SET = frozenset({"content", "id", "additional_kwargs", "response_metadata"})
+_FIELDS_SET = {
+    "system": _COMMON_SET,
+    "human": _COMMON_SET,
+    "ai": _COMMON_SET | {"tool_calls"},
+    "tool": _COMMON_SET | {"tool_call_id", "name", "status"},
+}
+_STATUSES = frozenset({"success", "error"})
+_fast_checked: bool | None = None
+
+
+def _build_fast(doc: MessageDoc) -> BaseMessage:
+    kind = doc.type
+    timestamp = doc.timestamp
+    fields: dict[str, Any] = {
+        "content": doc.content,
+        "additional_kwargs": dict(doc.additional_kwargs) if doc.additional_kwargs else {},
+        "response_metadata": {"timestamp": timestamp} if timestamp else {},
+        "type": kind,
+        "name": doc.name if kind == "tool" else None,
+        "id": doc.id,
+    }
+    if kind == "ai":
+        fields["tool_calls"] = [
+            {"name": call.name, "args": dict(call.args), "id": call.id, "type": "tool_call"}
+            for call in doc.tool_calls or ()
+        ]
+        fields["invalid_tool_calls"] = []
+        fields["usage_metadata"] = None
+    elif kind == "tool":
+        fields["tool_call_id"] = doc.tool_call_id
+        fields["artifact"] = None
+        fields["status"] = doc.status or "success"
+    cls = _FAST_TYPES[kind]
+    message = cls.__new__(cls)
+    _set_dict(message, fields)
+    _set_fields_set(message, set(_FIELDS_SET[kind]))
+    _set_extra(message, {})
+    _set_private(message, None)
+    return message
+
+
+def _slot_setter(name: str) -> Any:
+    """The setter of one of pydantic's per-instance slots (what ``model_construct`` assigns)."""
+    descriptor = BaseModel.__dict__.get(name)
+    if descriptor is not None and hasattr(descriptor, "__set__"):
+        return descriptor.__set__
+    return lambda instance, value: object.__setattr__(instance, name, value)
+
+
+_set_dict = _slot_setter("__dict__")
+_set_fields_set = _slot_setter("__pydantic_fields_set__")
+_set_extra = _slot_setter("__pydantic_extra__")
+_set_private = _slot_setter("__pydantic_private__")
+
+
+def _fast_build_ok() -> bool:
+    global _fast_checked
+    if _fast_checked is None:
+        _fast_checked = _same_as_validated()
+    return _fast_checked
+
+
+def _same_as_validated() -> bool:
+    """Whether the direct assembly gives exactly what the constructors give, for every message type."""
+    samples = [
+        MessageDoc(type="system", content="prompt", timestamp="2026-01-01T00:00:00.000Z"),
+        MessageDoc(type="human", content="hi", id="S|t|1", additional_kwargs={DIRECT_KEY: True}),
+        MessageDoc(type="ai", content="", id="S|t|2", tool_calls=[ToolCallDoc(name="f", args={"a": 1}, id="c1")]),
+        MessageDoc(type="ai", content="text", id="S|t|3", timestamp="2026-01-01T00:00:00.000Z"),
+        MessageDoc(type="tool", content="ok", id="S|t|4", tool_call_id="c1", name="f", status="error"),
+        MessageDoc(type="tool", content="ok", tool_call_id="c2"),
+    ]
+    try:
+        for sample in samples:
+            fast, slow = _build_fast(sample), _build_validated(sample)
+            if (
+                type(fast) is not type(slow)
+                or fast.__dict__ != slow.__dict__
+                or list(fast.__dict__) != list(slow.__dict__)
+                or fast.__pydantic_fields_set__ != slow.__pydantic_fields_set__
+                or fast.__pydantic_extra__ != slow.__pydantic_extra__
+                or fast.__pydantic_private__ != slow.__pydantic_private__
+            ):
+                return False
+    except Exception:  # noqa: BLE001 - any surprise means the constructors stay in charge
+        return False
+    return True

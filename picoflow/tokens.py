@@ -29,48 +29,51 @@ def usage_from_message(message: Any) -> TokenUsage:
     if not normalised and not raw:
         return TokenUsage()
 
+    # Every "first of" below is evaluated lazily, in the order of precedence: most replies carry only
+    # LangChain's normalised counts, and the provider's raw block is read only for what they lack.
     input_details = _mapping(normalised.get("input_token_details"))
     output_details = _mapping(normalised.get("output_token_details"))
-    prompt_details = _mapping(raw.get("prompt_tokens_details")) or _mapping(raw.get("input_tokens_details"))
-    completion_details = _mapping(raw.get("completion_tokens_details")) or _mapping(raw.get("output_tokens_details"))
+    if raw:
+        prompt_details = _mapping(raw.get("prompt_tokens_details")) or _mapping(raw.get("input_tokens_details"))
+        completion_details = _mapping(raw.get("completion_tokens_details")) or _mapping(
+            raw.get("output_tokens_details")
+        )
+    else:
+        prompt_details = completion_details = _EMPTY
 
-    cached = _first(
-        _detail(input_details, "cache_read"),
-        _int(prompt_details.get("cached_tokens")),
-        _int(raw.get("cache_read_input_tokens")),
-        _int(raw.get("cached_content_token_count")),
-        _int(raw.get("cachedContentTokenCount")),
-    )
-    cache_creation = _first(
-        _detail(input_details, "cache_creation"),
-        _int(prompt_details.get("cache_write_tokens")),
-        _int(raw.get("cache_creation_input_tokens")),
-    )
+    cached = _detail(input_details, "cache_read")
+    if cached is None:
+        cached = _first_int(prompt_details, ("cached_tokens",))
+    if cached is None:
+        cached = _first_int(raw, ("cache_read_input_tokens", "cached_content_token_count", "cachedContentTokenCount"))
+    cache_creation = _detail(input_details, "cache_creation")
+    if cache_creation is None:
+        cache_creation = _first_int(prompt_details, ("cache_write_tokens",))
+    if cache_creation is None:
+        cache_creation = _first_int(raw, ("cache_creation_input_tokens",))
 
     if "input_tokens" in normalised:
         input_tokens = _int(normalised.get("input_tokens")) or 0
     else:
-        input_tokens = _first(
-            _int(raw.get("prompt_tokens")),
-            _int(raw.get("prompt_token_count")),
-            _int(raw.get("promptTokenCount")),
-        )
+        input_tokens = _first_int(raw, ("prompt_tokens", "prompt_token_count", "promptTokenCount"))
         if input_tokens is None:
             # Anthropic's raw ``input_tokens`` leaves out cache reads and writes; LangChain adds them back.
             input_tokens = (_int(raw.get("input_tokens")) or 0) + _anthropic_cache_tokens(raw)
 
-    candidates = _first(_int(raw.get("candidates_token_count")), _int(raw.get("candidatesTokenCount")))
+    candidates = _first_int(raw, ("candidates_token_count", "candidatesTokenCount"))
     if "output_tokens" in normalised:
         output_tokens = _int(normalised.get("output_tokens")) or 0
     else:
-        output_tokens = _first(_int(raw.get("completion_tokens")), _int(raw.get("output_tokens")), candidates) or 0
+        output_tokens = _first_int(raw, ("completion_tokens", "output_tokens"))
+        if output_tokens is None:
+            output_tokens = candidates or 0
 
-    reasoning = _first(_detail(output_details, "reasoning"), _int(completion_details.get("reasoning_tokens")))
-    thoughts = _first(
-        _int(output_details.get("thoughts")),
-        _int(raw.get("thoughts_token_count")),
-        _int(raw.get("thoughtsTokenCount")),
-    )
+    reasoning = _detail(output_details, "reasoning")
+    if reasoning is None:
+        reasoning = _first_int(completion_details, ("reasoning_tokens",))
+    thoughts = _int(output_details.get("thoughts")) if output_details else None
+    if thoughts is None:
+        thoughts = _first_int(raw, ("thoughts_token_count", "thoughtsTokenCount"))
     if reasoning is None and thoughts:
         reasoning = thoughts
         already_counted = candidates is not None and output_tokens >= candidates + thoughts
@@ -78,12 +81,9 @@ def usage_from_message(message: Any) -> TokenUsage:
             # Gemini counts thoughts apart from the candidate output it bills with them.
             output_tokens += thoughts
 
-    reported_total = _first(
-        _int(normalised.get("total_tokens")),
-        _int(raw.get("total_tokens")),
-        _int(raw.get("total_token_count")),
-        _int(raw.get("totalTokenCount")),
-    )
+    reported_total = _int(normalised.get("total_tokens"))
+    if reported_total is None:
+        reported_total = _first_int(raw, ("total_tokens", "total_token_count", "totalTokenCount"))
     total_tokens = max(reported_total or 0, input_tokens + output_tokens)
 
     reasoning = min(reasoning or 0, output_tokens)
@@ -103,12 +103,17 @@ def add_usage(total: TokenUsage, message: Any) -> None:
     total.add(usage_from_message(message))
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
 def _raw_usage(response_metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not response_metadata:
+        return _EMPTY
     for key in _RAW_USAGE_KEYS:
         block = _mapping(response_metadata.get(key))
         if block:
             return block
-    return {}
+    return _EMPTY
 
 
 def _anthropic_cache_tokens(raw: Mapping[str, Any]) -> int:
@@ -117,24 +122,35 @@ def _anthropic_cache_tokens(raw: Mapping[str, Any]) -> int:
 
 def _detail(details: Mapping[str, Any], kind: str) -> int | None:
     """A detail count, including service-tier variants such as ``priority_cache_read``."""
+    if not details:
+        return None
     values = [_int(v) for k, v in details.items() if k == kind or k.endswith(f"_{kind}")]
     present = [v for v in values if v is not None]
     return sum(present) if present else None
 
 
-def _first(*values: int | None) -> int | None:
-    return next((v for v in values if v is not None), None)
+def _first_int(block: Mapping[str, Any], keys: tuple[str, ...]) -> int | None:
+    """The first of ``keys`` whose value in ``block`` is a number."""
+    if not block:
+        return None
+    for key in keys:
+        value = _int(block.get(key))
+        if value is not None:
+            return value
+    return None
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return int(value)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    if isinstance(value, Mapping):
+    if type(value) is dict or isinstance(value, Mapping):
         return value
-    if hasattr(value, "model_dump"):
+    if value is not None and hasattr(value, "model_dump"):
         return value.model_dump()
-    return {}
+    return _EMPTY

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``picoflow`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
+    # As with `python -m`, the project in the working directory (its handlers/ and flows/) is importable.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     if args.command == "serve":
         return serve(args.host, args.port, args.flows, inspector=args.inspector)
     return chat(args.flow, args.url, args.config)

@@ -144,8 +144,14 @@ class TokenUsage(_Doc):
     cache_creation_input_tokens: int = Field(default=0, alias="cacheCreationInputTokens")
 
     def add(self, other: TokenUsage) -> None:
-        for field in type(self).model_fields:
-            setattr(self, field, getattr(self, field) + getattr(other, field))
+        # Straight onto the field values: what setattr does for a model without assignment validation.
+        mine, theirs = self.__dict__, other.__dict__
+        for field in _TOKEN_FIELDS:
+            mine[field] = mine[field] + theirs[field]
+        self.__pydantic_fields_set__.update(_TOKEN_FIELDS)
+
+
+_TOKEN_FIELDS = tuple(TokenUsage.model_fields)
 
 
 class LogEntry(_Doc):

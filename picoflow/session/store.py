@@ -8,6 +8,8 @@ import secrets
 from abc import ABC, abstractmethod
 from typing import Any
 
+from pydantic_core import from_json
+
 from picoflow.errors import PicoFlowError, SessionFlowInvariantError
 from picoflow.session.document import FlowDoc, SessionDoc, utc_now
 
@@ -65,7 +67,8 @@ class SessionStore(ABC):
 
 def encode_document(doc: SessionDoc) -> bytes:
     """The compact UTF-8 JSON encoding of a document, with its item data under ``_item`` when it has any."""
-    encoded = doc.model_dump_json(by_alias=True).encode("utf-8")
+    # ``model_dump_json(by_alias=True)`` as bytes, without its round trip through ``str``.
+    encoded = doc.__pydantic_serializer__.to_json(doc, by_alias=True)
     extra = doc.item_data()
     if not extra:
         return encoded
@@ -77,7 +80,7 @@ def encode_document(doc: SessionDoc) -> bytes:
 def decode_document(raw: bytes | str, revision: int) -> SessionDoc:
     """A stored document, at the revision its backend records (the backend's copy is authoritative)."""
     try:
-        data = json.loads(raw)
+        data = parse_json(raw)
     except ValueError as exc:
         raise SessionFlowInvariantError(f"Stored session is not valid JSON: {exc}") from exc
     extra = data.pop(ITEM_KEY, None) if isinstance(data, dict) else None
@@ -85,6 +88,18 @@ def decode_document(raw: bytes | str, revision: int) -> SessionDoc:
     doc.revision = revision
     doc.load_item_data(extra)
     return doc
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """``json.loads(raw)``, parsed by pydantic's faster parser whenever that one accepts the text.
+
+    Where the two parsers accept a text they give the same values; for the few texts only ``json.loads``
+    accepts (a byte order mark, a lone surrogate escape) or neither does, ``json.loads`` decides.
+    """
+    try:
+        return from_json(raw)
+    except ValueError:
+        return json.loads(raw)
 
 
 def new_document(flow: FlowDoc | dict[str, Any], session_id: str | None = None, owner: str | None = None) -> SessionDoc:
