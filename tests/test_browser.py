@@ -19,13 +19,10 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 
 from tests.support.browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    LAUNCH_TIMEOUT_MS,
     SCREENSHOTS,
     ApiServer,
     PageServer,
-    require_playwright,
+    launched_chromium,
 )
 
 MESSAGES = ["Hello from the browser", "A second turn", "And a third one"]
@@ -38,13 +35,8 @@ OTHER_ORIGIN = "http://127.0.0.1:9"
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    sync_playwright = require_playwright()
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=LAUNCH_TIMEOUT_MS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with launched_chromium() as chromium:
+        yield chromium
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ from picoflow.local.cli import main as cli_main
 from picoflow.local.inspector import Inspector
 from picoflow.local.serve import LambdaHTTPServer, make_server
 from picoflow.session.document import FlowDoc, SessionDoc
-from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, LAUNCH_TIMEOUT_MS, SCREENSHOTS, ApiServer, require_playwright
+from tests.support.browser import SCREENSHOTS, ApiServer, launched_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 HOTEL = json.loads((ROOT / "flows" / "hotel" / "conversation.json").read_text(encoding="utf-8"))
@@ -370,13 +370,8 @@ def test_the_demo_with_serve_keeps_the_page_up_until_ctrl_c(tmp_path):
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    sync_playwright = require_playwright()
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=LAUNCH_TIMEOUT_MS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with launched_chromium() as chromium:
+        yield chromium
 
 
 @pytest.fixture

@@ -12,9 +12,8 @@ from picoflow.errors import PicoFlowError
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
-    check_accepted,
     check_common_values,
-    check_reserved,
+    checked_params,
     env_value,
     import_extra,
     usage_normalising,
@@ -50,10 +49,7 @@ class AnthropicProvider(ModelProvider):
 
     def validate(self, selection: ModelSelection) -> None:
         """Reject a reserved or unknown parameter, or a bad parameter value."""
-        label = f"{selection.provider}:{selection.name}"
-        params = selection.params
-        check_reserved(label, params)
-        check_accepted(label, params, ANTHROPIC_PARAMS)
+        label, params = checked_params(selection, ANTHROPIC_PARAMS)
         check_common_values(label, params, max_temperature=1.0)
         thinking = params.get("thinking")
         if thinking is not None and not isinstance(thinking, dict):

@@ -11,9 +11,8 @@ from langchain_core.language_models import BaseChatModel
 from picoflow.errors import PicoFlowError
 from picoflow.models.common import (
     DEFAULT_TIMEOUT_SECONDS,
-    check_accepted,
     check_common_values,
-    check_reserved,
+    checked_params,
     env_value,
     import_extra,
     usage_normalising,
@@ -53,10 +52,7 @@ class BedrockProvider(ModelProvider):
 
     def validate(self, selection: ModelSelection) -> None:
         """Reject a reserved or unknown parameter, or a bad parameter value."""
-        label = f"{selection.provider}:{selection.name}"
-        params = selection.params
-        check_reserved(label, params)
-        check_accepted(label, params, BEDROCK_PARAMS)
+        label, params = checked_params(selection, BEDROCK_PARAMS)
         # The Converse API takes temperature from 0 to 1 whatever the model.
         check_common_values(label, params, max_temperature=1.0)
         for key in _OBJECT_PARAMS:

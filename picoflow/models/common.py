@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import Any
 
 from picoflow.errors import PicoFlowError
+from picoflow.models.selection import ModelSelection
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 """The per-request timeout of every built-in provider's client, unless a selection sets ``timeout``."""
@@ -44,6 +45,14 @@ RESERVED_PARAMS: dict[str, str] = {
     "max_retries": "set retry_attempts on the selection; PicoFlow makes the attempts itself",
     "retries": "set retry_attempts on the selection; PicoFlow makes the attempts itself",
 }
+
+
+def checked_params(selection: ModelSelection, accepted: Iterable[str]) -> tuple[str, Mapping[str, Any]]:
+    """The selection's label and params, once no reserved and no unaccepted parameter is among them."""
+    label = f"{selection.provider}:{selection.name}"
+    check_reserved(label, selection.params)
+    check_accepted(label, selection.params, accepted)
+    return label, selection.params
 
 
 def check_reserved(label: str, params: Mapping[str, Any]) -> None:

@@ -11,9 +11,8 @@ from langchain_core.language_models import BaseChatModel
 from picoflow.errors import PicoFlowError
 from picoflow.models.common import (
     DEFAULT_TIMEOUT_SECONDS,
-    check_accepted,
     check_common_values,
-    check_reserved,
+    checked_params,
     env_value,
     import_extra,
 )
@@ -55,10 +54,7 @@ class GoogleProvider(ModelProvider):
 
     def validate(self, selection: ModelSelection) -> None:
         """Reject a reserved or unknown parameter, or a bad parameter value."""
-        label = f"{selection.provider}:{selection.name}"
-        params = selection.params
-        check_reserved(label, params)
-        check_accepted(label, params, GOOGLE_PARAMS)
+        label, params = checked_params(selection, GOOGLE_PARAMS)
         if "max_tokens" in params and "max_output_tokens" in params:
             raise PicoFlowError(f"Model '{label}' sets both max_tokens and max_output_tokens; keep one.")
         check_common_values(label, params)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,15 @@ class ApiServer:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait(timeout=API_STOP_TIMEOUT_SECONDS)
+
+
+@contextlib.contextmanager
+def launched_chromium() -> Iterator[Any]:
+    """Debian's Chromium under playwright, with the flags this machine needs; skipped (or failed in CI) without it."""
+    sync_playwright = require_playwright()
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=LAUNCH_TIMEOUT_MS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
