@@ -42,7 +42,7 @@ from picoflow import Flow, FlowEngine, RunResponse
 from picoflow.engine import SESSION_ID_PATTERN
 from picoflow.errors import RETRY_AFTER_SECONDS, public_message
 from picoflow.models.factory import default_registry
-from picoflow.session.store import store_from_env
+from picoflow.session.factory import store_from_env
 
 SESSION_HEADER = "CHAT_SESSION_ID"
 # API Gateway forwards header names lower-cased; some proxies (sam local among them) drop names with

@@ -1,91 +1,156 @@
-"""PicoFlow for Python: stateful multi-step LLM conversations as flows of steps."""
+"""PicoFlow for Python: stateful multi-step LLM conversations as flows of steps.
 
-from typing import TYPE_CHECKING
+Public names load on first use, so ``import picoflow`` imports almost nothing (and never boto3).
+"""
 
-from picoflow.decision import (
-    ChatDecisionProvider,
-    Choice,
-    ChoiceAnswer,
-    DecisionContext,
-    DecisionErrorContext,
-    DecisionProvider,
-    DecisionRequest,
-    DecisionResult,
-    DecisionStep,
-    DecisionValidationError,
-    Noul,
-    NoulAnswer,
-    Score,
-    ScoreAnswer,
-    ScriptedDecisionProvider,
-)
-from picoflow.engine import FlowEngine, RunResponse
-from picoflow.errors import (
-    PicoFlowError,
-    SessionConflictError,
-    SessionFlowInvariantError,
-    SessionFlowMismatchError,
-    SessionStoreError,
-    SessionTooLargeError,
-)
-from picoflow.flow import Flow
-from picoflow.logger import SessionLogger
-from picoflow.messages import AiMessageEx, DirectMessage, HumanMessageEx, ToolMessageEx
-from picoflow.models.selection import ModelSelection
-from picoflow.parallel import (
-    BranchResult,
-    CancellationSignal,
-    ParallelBatchResult,
-    ParallelCancelledError,
-    ParallelDuplicateKeyError,
-    ParallelExecutionError,
-    ParallelInvocation,
-    ParallelMutationError,
-    ParallelStateConflictError,
-    RunStepRequest,
-    StateChannel,
-    StepChannels,
-    direct_result,
-)
-from picoflow.prompts import load_prompt, prompt, render
-from picoflow.recovery import (
-    LlmAttemptErrorContext,
-    LlmBlockedContext,
-    LlmBlockedError,
-    LlmCallPolicy,
-    LlmErrorContext,
-    RetryWithModel,
-    retry_with_model,
-)
-from picoflow.session.document import SessionDoc
-from picoflow.session.dynamodb_store import DynamoDBSessionStore
-from picoflow.session.memory_store import MemorySessionStore
-from picoflow.session.sqlite_store import SQLiteSessionStore
-from picoflow.session.store import SessionStore
-from picoflow.step import LogicStep, Step, TerminateSessionStep
-from picoflow.tools import ToolSpec, tool, tools
-from picoflow.transitions import Transition, direct, direct_to, finish, go, stay
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from picoflow.decision import (
+        ChatDecisionProvider,
+        Choice,
+        ChoiceAnswer,
+        DecisionContext,
+        DecisionErrorContext,
+        DecisionProvider,
+        DecisionRequest,
+        DecisionResult,
+        Noul,
+        NoulAnswer,
+        Score,
+        ScoreAnswer,
+        ScriptedDecisionProvider,
+    )
+    from picoflow.decision_step import DecisionStep
+    from picoflow.engine import FlowEngine
+    from picoflow.errors import (
+        DecisionValidationError,
+        LlmBlockedError,
+        ParallelCancelledError,
+        ParallelDuplicateKeyError,
+        ParallelExecutionError,
+        ParallelMutationError,
+        ParallelStateConflictError,
+        PicoFlowError,
+        SessionConflictError,
+        SessionFlowInvariantError,
+        SessionFlowMismatchError,
+        SessionStoreError,
+        SessionTooLargeError,
+    )
+    from picoflow.flow import Flow
+    from picoflow.logger import SessionLogger
+    from picoflow.messages import AiMessageEx, DirectMessage, HumanMessageEx, ToolMessageEx
+    from picoflow.models.selection import ModelSelection
+    from picoflow.parallel import (
+        BranchResult,
+        CancellationSignal,
+        ParallelBatchResult,
+        ParallelInvocation,
+        RunStepRequest,
+        StateChannel,
+        StepChannels,
+        direct_result,
+    )
+    from picoflow.prompts import load_prompt, prompt, render
+    from picoflow.recovery import (
+        LlmAttemptErrorContext,
+        LlmBlockedContext,
+        LlmCallPolicy,
+        LlmErrorContext,
+        RetryWithModel,
+        retry_with_model,
+    )
+    from picoflow.results import RunResponse
+    from picoflow.session.document import SessionDoc
+    from picoflow.session.dynamodb_store import DynamoDBSessionStore
+    from picoflow.session.memory_store import MemorySessionStore
+    from picoflow.session.sqlite_store import SQLiteSessionStore
+    from picoflow.session.store import SessionStore
+    from picoflow.step import LogicStep, Step, TerminateSessionStep
+    from picoflow.tools import ToolSpec, tool, tools
+    from picoflow.transitions import Transition, direct, direct_to, finish, go, stay
+
     __version__: str
-else:
 
-    def __getattr__(name: str) -> str:
-        """``picoflow.__version__``: the installed distribution's (picoflow-aws), else the source tree's.
-
-        Read on first use, so that ``import picoflow`` does not import ``importlib.metadata``.
-        """
-        if name != "__version__":
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            value = version("picoflow-aws")
-        except PackageNotFoundError:
-            value = "0.1.0"
-        globals()["__version__"] = value
-        return value
-
+# Where each public name lives.
+_EXPORTS: dict[str, str] = {
+    "AiMessageEx": "picoflow.messages",
+    "BranchResult": "picoflow.parallel",
+    "CancellationSignal": "picoflow.parallel",
+    "ChatDecisionProvider": "picoflow.decision",
+    "Choice": "picoflow.decision",
+    "ChoiceAnswer": "picoflow.decision",
+    "DecisionContext": "picoflow.decision",
+    "DecisionErrorContext": "picoflow.decision",
+    "DecisionProvider": "picoflow.decision",
+    "DecisionRequest": "picoflow.decision",
+    "DecisionResult": "picoflow.decision",
+    "DecisionStep": "picoflow.decision_step",
+    "DecisionValidationError": "picoflow.errors",
+    "DirectMessage": "picoflow.messages",
+    "DynamoDBSessionStore": "picoflow.session.dynamodb_store",
+    "Flow": "picoflow.flow",
+    "FlowEngine": "picoflow.engine",
+    "HumanMessageEx": "picoflow.messages",
+    "LlmAttemptErrorContext": "picoflow.recovery",
+    "LlmBlockedContext": "picoflow.recovery",
+    "LlmBlockedError": "picoflow.errors",
+    "LlmCallPolicy": "picoflow.recovery",
+    "LlmErrorContext": "picoflow.recovery",
+    "LogicStep": "picoflow.step",
+    "MemorySessionStore": "picoflow.session.memory_store",
+    "ModelSelection": "picoflow.models.selection",
+    "Noul": "picoflow.decision",
+    "NoulAnswer": "picoflow.decision",
+    "ParallelBatchResult": "picoflow.parallel",
+    "ParallelCancelledError": "picoflow.errors",
+    "ParallelDuplicateKeyError": "picoflow.errors",
+    "ParallelExecutionError": "picoflow.errors",
+    "ParallelInvocation": "picoflow.parallel",
+    "ParallelMutationError": "picoflow.errors",
+    "ParallelStateConflictError": "picoflow.errors",
+    "PicoFlowError": "picoflow.errors",
+    "RetryWithModel": "picoflow.recovery",
+    "RunResponse": "picoflow.results",
+    "RunStepRequest": "picoflow.parallel",
+    "SQLiteSessionStore": "picoflow.session.sqlite_store",
+    "Score": "picoflow.decision",
+    "ScoreAnswer": "picoflow.decision",
+    "ScriptedDecisionProvider": "picoflow.decision",
+    "SessionConflictError": "picoflow.errors",
+    "SessionDoc": "picoflow.session.document",
+    "SessionFlowInvariantError": "picoflow.errors",
+    "SessionFlowMismatchError": "picoflow.errors",
+    "SessionLogger": "picoflow.logger",
+    "SessionStore": "picoflow.session.store",
+    "SessionStoreError": "picoflow.errors",
+    "SessionTooLargeError": "picoflow.errors",
+    "StateChannel": "picoflow.parallel",
+    "Step": "picoflow.step",
+    "StepChannels": "picoflow.parallel",
+    "TerminateSessionStep": "picoflow.step",
+    "ToolMessageEx": "picoflow.messages",
+    "ToolSpec": "picoflow.tools",
+    "Transition": "picoflow.transitions",
+    "direct": "picoflow.transitions",
+    "direct_result": "picoflow.parallel",
+    "direct_to": "picoflow.transitions",
+    "finish": "picoflow.transitions",
+    "go": "picoflow.transitions",
+    "load_prompt": "picoflow.prompts",
+    "prompt": "picoflow.prompts",
+    "render": "picoflow.prompts",
+    "retry_with_model": "picoflow.recovery",
+    "stay": "picoflow.transitions",
+    "tool": "picoflow.tools",
+    "tools": "picoflow.tools",
+}
 
 __all__ = [
     "AiMessageEx",
@@ -159,3 +224,42 @@ __all__ = [
     "tool",
     "tools",
 ]
+
+
+class _Package(types.ModuleType):
+    """This package: importing the submodule ``picoflow.tools`` must not replace the public ``tools`` decorator."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use; ``__version__`` is the installed distribution's."""
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif name == "__version__":
+        value = _version()
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+def _version() -> str:
+    # Read on first use, so that ``import picoflow`` does not import ``importlib.metadata``.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("picoflow-aws")
+    except PackageNotFoundError:
+        return "0.1.0"

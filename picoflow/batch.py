@@ -9,7 +9,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from picoflow.engine import RunResponse
+from picoflow.results import RunResponse
 
 #: ``invoke(flow_name, message, config)`` runs one new session and returns its first response.
 BatchInvoker = Callable[[str, "str | None", dict[str, Any]], Awaitable[RunResponse]]

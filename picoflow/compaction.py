@@ -10,7 +10,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import CompactionError
 
 DEFAULT_SUMMARY_MIN_MESSAGES = 16
 DEFAULT_SUMMARY_RECENT_MESSAGES = 8
@@ -28,13 +28,6 @@ _SUMMARY_INSTRUCTION = (
     "replaces an earlier fact, keep only the newer one. Do not invent anything, do not address the user, "
     "and reply with the summary text only."
 )
-
-
-class CompactionError(PicoFlowError):
-    """The summary model produced no usable summary."""
-
-    code = "MEMORY_COMPACTION_FAILED"
-    status_code = 500
 
 
 @dataclass(frozen=True)

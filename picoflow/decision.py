@@ -1,37 +1,28 @@
-"""DecisionStep: typed, non-generative decisions (choice, score, noul) that route like a logic step.
+"""Typed, non-generative decisions: questions (choice, score, noul), answers and their validation,
+the conversation a decision reads, the provider contract, the hooks' contexts and the built-in providers.
 
-A decision step asks a decision provider a batch of typed questions about the conversation and some
-application facts, checks the answers against the questions, and hands them to ``on_decision``, which
-returns an ordinary transition. It is a ``LogicStep``, so the runner needs nothing special for it.
+A ``DecisionStep`` (``picoflow.decision_step``) asks a provider these questions; the turn runs the call.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model, field_validator
 
-from picoflow.errors import DecisionValidationError, ParallelCancelledError, PicoFlowError, TurnDeadlineError
-from picoflow.messages import CONTINUE_PREFIX, OPENER_TEXT, content_text
+from picoflow.errors import DecisionValidationError, PicoFlowError
+from picoflow.messages import CONTINUE_PREFIX, EMPTY_RESPONSE_NUDGE, OPENER_TEXT, content_text
 from picoflow.models.selection import ModelSelection
-from picoflow.parallel import current_signal
-from picoflow.runner import EMPTY_RESPONSE_NUDGE, MIN_CALL_SECONDS
 from picoflow.session.document import TokenUsage
-from picoflow.step import LogicStep, Step
 from picoflow.tokens import usage_from_message
-from picoflow.tools import group_handlers
-from picoflow.transitions import Transition, as_transition
 from picoflow.validation import validation_problems
 
 if TYPE_CHECKING:
-    from picoflow.flow import Flow
     from picoflow.models.registry import ProviderRegistry
 
 #: Fact keys the framework fills in from the conversation.
@@ -329,305 +320,6 @@ def resolve_decision_config(layers: Sequence[tuple[str, Any]], default_model: Mo
     except ValidationError as exc:
         raise PicoFlowError(f"Invalid decision options ({validation_problems(exc, '', first_only=True)}).") from exc
     return config if config.model is not None else config.model_copy(update={"model": default_model})
-
-
-class _DecisionFailed(Exception):
-    """Carries a provider or validation failure, with the attempts made, to the recovery chain."""
-
-    def __init__(self, error: Exception, attempts: int) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.attempts = attempts
-
-
-# -- the step ----------------------------------------------------------------------------------
-
-
-class DecisionStep(LogicStep):
-    """A step that routes on typed answers from a decision provider instead of generating prose.
-
-    Implement ``define_questions()`` and ``on_decision(answers, context)``; optionally ``get_prompt()``
-    (guidance prepended to every question), ``get_decision_facts()`` (JSON application facts),
-    ``config_decision()`` and ``on_decision_error(error, context)``. Chat models, tools and structured
-    output belong to ordinary steps and are refused here.
-    """
-
-    #: How many earlier human messages the provider sees as ``priorRequests``.
-    max_prior_requests: ClassVar[int] = DEFAULT_MAX_PRIOR_REQUESTS
-
-    def __init__(self, flow: Flow) -> None:
-        super().__init__(flow)
-        self._decision_options: dict[str, Any] = {}
-
-    # -- registration -------------------------------------------------------------------------
-
-    def use_model(self, selection: ModelSelection | dict[str, Any]) -> Step:
-        raise PicoFlowError(
-            f"DecisionStep '{self.id}' does not call a chat model: choose its decision model with "
-            "use_decision(model=...) or config_decision()."
-        )
-
-    def use_decision(self, **options: Any) -> DecisionStep:
-        """Override decision options for this registered instance: ``model``, ``max_retries``, ``timeout_ms``."""
-        unknown = sorted(set(options) - set(DecisionConfig.model_fields))
-        if unknown:
-            raise PicoFlowError(f"use_decision() got unknown option(s) {', '.join(unknown)}.")
-        self._decision_options.update(options)
-        return self
-
-    def exposed_tool_names(self) -> list[str]:
-        # The flow asks every step for its tools when it collects the steps: that is where chat-only
-        # configuration on a decision step is refused, before any turn runs.
-        features = []
-        if self.define_tools() or self.use_tools() or super().exposed_tool_names() or group_handlers(type(self)):
-            features.append("tools")
-        if self.struct_output_schema() is not None:
-            features.append("struct_output_schema()")
-        if features:
-            raise PicoFlowError(
-                f"DecisionStep '{self.id}' cannot use {' or '.join(features)}: "
-                "use a regular Step when a model must generate text or call tools."
-            )
-        return []
-
-    def new_worker(self, state: dict[str, Any]) -> Step:
-        worker = super().new_worker(state)
-        assert isinstance(worker, DecisionStep)
-        worker._decision_options = dict(self._decision_options)
-        return worker
-
-    # -- hooks --------------------------------------------------------------------------------
-
-    def define_questions(self) -> Mapping[str, Question]:
-        """The questions of this invocation, by name; called afresh every time the step runs."""
-        raise NotImplementedError(f"{type(self).__name__} must implement define_questions().")
-
-    def get_decision_facts(self) -> dict[str, Any]:
-        """JSON-compatible application facts the questions are about (``request``/``priorRequests`` are reserved)."""
-        return {}
-
-    def config_decision(self) -> dict[str, Any]:
-        """This step's decision options (``model``, ``max_retries``, ``timeout_ms``) over the flow's."""
-        return {}
-
-    async def on_decision(self, answers: dict[str, Answer], context: DecisionContext) -> Transition | type[Step] | str:
-        """Route on validated answers: a transition (``go``, ``direct_to``, ``finish``), a step class or name."""
-        raise NotImplementedError(f"{type(self).__name__} must implement on_decision().")
-
-    async def on_decision_error(self, error: Exception, context: DecisionErrorContext) -> Any:
-        """Recover from a failed or invalid decision with a route, or None to ask the flow (then re-raise)."""
-        return None
-
-    # -- execution ----------------------------------------------------------------------------
-
-    def decision_config(self) -> DecisionConfig:
-        """Framework defaults, then the flow's ``config_decision()``, this step's, and ``use_decision()``."""
-        return resolve_decision_config(
-            [
-                ("Flow", self.flow.config_decision()),
-                ("Step", self.config_decision()),
-                ("use_decision()", self._decision_options),
-            ],
-            self.flow.model_selection(),
-        )
-
-    async def run_logic(self) -> Transition:
-        config = self.decision_config()
-        selection = config.model
-        assert selection is not None
-        questions = self._questions()
-        facts = self._facts()
-        conversation = self.flow.get_conversation(self.namespace, self.max_prior_requests)
-        request = DecisionRequest(
-            step_id=self.id,
-            selection=selection,
-            questions=_with_guidance(questions, self.get_prompt()),
-            state={**facts, **conversation.as_state()},
-            timeout_ms=config.timeout_ms,
-        )
-        provider = self._provider(selection)
-        started = time.monotonic()
-        try:
-            result, attempts = await self._call(provider, request, config.max_retries)
-            answers = self._validated(questions, result, attempts)
-        except _DecisionFailed as exc:
-            failed = exc
-        else:
-            failed = None
-        if failed is not None:
-            # Recovered outside the except block, so a re-raised failure does not carry this wrapper along.
-            error_context = DecisionErrorContext(
-                step_id=self.id,
-                provider=selection.provider,
-                model=selection.name,
-                attempts=failed.attempts,
-                request=conversation.request,
-                prior_requests=conversation.prior_requests,
-            )
-            return await self._recover(failed.error, error_context)
-        context = DecisionContext(
-            step_id=self.id,
-            provider=selection.provider,
-            model=selection.name,
-            request=conversation.request,
-            prior_requests=conversation.prior_requests,
-            facts=facts,
-            attempts=attempts,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            usage=result.usage,
-            request_id=result.request_id,
-        )
-        return self._route(await self.on_decision(answers, context), "on_decision()")
-
-    def _questions(self) -> dict[str, Question]:
-        questions = self.define_questions()
-        if not isinstance(questions, Mapping) or not questions:
-            raise PicoFlowError(f"{type(self).__name__}.define_questions() must return a non-empty dict.")
-        for name, question in questions.items():
-            if not isinstance(name, str) or not name.strip():
-                raise PicoFlowError(f"{type(self).__name__}.define_questions() has a blank question name.")
-            if not isinstance(question, Choice | Score | Noul):
-                raise PicoFlowError(f"Question '{name}' must be a Choice, Score or Noul.")
-        return dict(questions)
-
-    def _facts(self) -> dict[str, Any]:
-        facts = self.get_decision_facts()
-        owner = f"{type(self).__name__}.get_decision_facts()"
-        if facts is None:
-            return {}
-        if not isinstance(facts, Mapping):
-            raise PicoFlowError(f"{owner} must return a dict, not {type(facts).__name__}.")
-        reserved = sorted(RESERVED_FACT_KEYS & set(facts))
-        if reserved:
-            raise PicoFlowError(
-                f"{owner} cannot set {', '.join(reserved)}: the framework fills these in from the conversation."
-            )
-        _check_json(facts, owner)
-        return json.loads(json.dumps(facts))
-
-    def _provider(self, selection: ModelSelection) -> DecisionProvider:
-        engine = self.flow.get_flow_engine()
-        registered = engine.decision_providers.get(selection.provider)
-        if registered is not None:
-            return registered
-        # A missing chat provider is a configuration error: raise it here, outside the recovery chain.
-        engine.providers.validate(selection)
-        return ChatDecisionProvider(engine.providers)
-
-    async def _call(
-        self, provider: DecisionProvider, request: DecisionRequest, retries: int
-    ) -> tuple[DecisionResult, int]:
-        engine = self.flow.get_flow_engine()
-        signal = current_signal(self.flow)
-        for attempt in range(1, retries + 2):
-            if attempt > 1 and engine.retry_delay:
-                await asyncio.sleep(engine.retry_delay)
-            if signal is not None:
-                signal.raise_if_cancelled()
-            timeout = self._attempt_timeout(request.timeout_ms)
-            try:
-                result = await asyncio.wait_for(provider.decide(request), timeout)
-            except ParallelCancelledError:
-                raise
-            except DecisionValidationError as exc:
-                self.flow.tally_decision(exc.usage)
-                raise _DecisionFailed(exc, attempt) from exc
-            except Exception as exc:  # noqa: BLE001 - every provider failure is classified below
-                if attempt > retries or not _is_transient(provider, exc):
-                    raise _DecisionFailed(exc, attempt) from exc
-                self.flow.logger.warn("decision attempt failed", step=self.id, attempt=attempt,
-                                      error=type(exc).__name__)
-                continue
-            if not isinstance(result, DecisionResult):
-                raise _DecisionFailed(
-                    DecisionValidationError(f"The decision provider returned {type(result).__name__}, "
-                                            "not a DecisionResult."),
-                    attempt,
-                )
-            self.flow.tally_decision(result.usage)
-            return result, attempt
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    def _validated(
-        self, questions: Mapping[str, Question], result: DecisionResult, attempts: int
-    ) -> dict[str, Answer]:
-        try:
-            return validate_answers(questions, result.answers)
-        except DecisionValidationError as exc:
-            self.flow.logger.warn("decision answers rejected", step=self.id, error=exc.message)
-            raise _DecisionFailed(exc, attempts) from exc
-
-    def _attempt_timeout(self, timeout_ms: int | None) -> float | None:
-        limits = [timeout_ms / 1000] if timeout_ms else []
-        deadline = self.flow.get_flow_engine().current_deadline()
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining < MIN_CALL_SECONDS:
-                raise TurnDeadlineError("The turn ran out of time before the decision call; please retry.")
-            limits.append(remaining)
-        return min(limits) if limits else None
-
-    async def _recover(self, error: Exception, context: DecisionErrorContext) -> Transition:
-        answer = await self.on_decision_error(error, context)
-        if answer is None:
-            answer = await self.flow.on_decision_error(error, context)
-        if answer is None:
-            raise error
-        return self._route(answer, "on_decision_error()")
-
-    def _route(self, result: Any, hook: str) -> Transition:
-        where = f"{type(self).__name__}.{hook}"
-        if isinstance(result, str) and self.flow.get_step(result.strip()) is None:
-            raise PicoFlowError(
-                f"{where} returned text that names no registered step ({result[:60]!r}). "
-                "Return direct_to(Step, text) to answer with it, or finish(text) to end the session."
-            )
-        transition = as_transition(result)
-        if transition is None:
-            raise PicoFlowError(
-                f"{where} must return a transition (go, direct_to, finish), a Step class or a step name, "
-                f"not {type(result).__name__}."
-            )
-        return transition
-
-
-def _with_guidance(questions: Mapping[str, Question], guidance: str | None) -> dict[str, Question]:
-    if not guidance:
-        return dict(questions)
-    return {
-        name: question.model_copy(
-            update={"instructions": "\n\n".join(p for p in (guidance, question.instructions) if p)}
-        )
-        for name, question in questions.items()
-    }
-
-
-def _check_json(value: Any, path: str) -> None:
-    """Refuse anything that would not survive a JSON round trip unchanged."""
-    if value is None or isinstance(value, str | bool | int):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise PicoFlowError(f"{path} holds a non-finite number; facts must be JSON-compatible.")
-        return
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_json(item, f"{path}[{index}]")
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise PicoFlowError(f"{path} has a non-string key {key!r}; facts must be JSON-compatible.")
-            _check_json(item, f"{path}.{key}")
-        return
-    raise PicoFlowError(f"{path} holds a {type(value).__name__}; facts must be JSON-compatible.")
-
-
-def _is_transient(provider: DecisionProvider, error: Exception) -> bool:
-    judge = getattr(provider, "should_retry", None)
-    if callable(judge):
-        return bool(judge(error))
-    return not isinstance(error, PicoFlowError)
 
 
 # -- providers ---------------------------------------------------------------------------------

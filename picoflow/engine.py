@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import json
 import logging
 import re
@@ -13,8 +12,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
-
-from pydantic import BaseModel, Field
 
 from picoflow.compaction import compact_history
 from picoflow.decision import DecisionProvider
@@ -42,8 +39,9 @@ from picoflow.errors import (
 from picoflow.flow import Flow
 from picoflow.logger import SessionLogger
 from picoflow.models.registry import ModelProvider, ProviderRegistry
-from picoflow.runner import run_turn
+from picoflow.results import RunResponse
 from picoflow.session.document import FlowDoc, SessionDoc, TokenUsage
+from picoflow.session.factory import store_from_env
 from picoflow.session.receipts import (
     MIN_ANONYMOUS_KEY_CHARS,
     TurnReceipt,
@@ -53,8 +51,11 @@ from picoflow.session.receipts import (
     key_digest,
     request_digest,
 )
-from picoflow.session.store import SessionStore, store_from_env
-from picoflow.transitions import PLAIN_TEXT
+from picoflow.session.store import SessionStore
+from picoflow.tokens import add_usage
+from picoflow.turn.deadline import current_deadline, turn_deadline
+from picoflow.turn.loop import run_turn
+from picoflow.turn.runtime import TurnRuntime
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # Compaction is forced once a document reaches this share of the store's size limit.
@@ -78,49 +79,6 @@ _log = logging.getLogger("picoflow")
 # A read-back that could not tell what is stored (no time left, or the store failed again).
 _UNREADABLE: Any = object()
 T = TypeVar("T")
-
-_turn_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("picoflow_turn_deadline", default=None)
-
-
-class RunResponse(BaseModel):
-    """The result of one turn; failures carry ``error_code`` and ``status_code``."""
-
-    success: bool
-    completed: bool
-    message: Any = ""
-    session: str = ""
-    content_type: str = PLAIN_TEXT
-    error_code: str | None = None
-    status_code: int = 200
-    #: Identifies the request in the logs; failure envelopes carry it so an operator can find the details.
-    request_id: str = ""
-    #: True when this is the stored answer of a turn already applied under the same ``Idempotency-Key``.
-    replayed: bool = False
-    #: Seconds a client should wait before retrying a retryable failure.
-    retry_after: int | None = None
-    #: Tokens this turn used (model calls, retries and summaries), for metrics; not part of the envelope.
-    tokens: TokenUsage | None = None
-    #: What went wrong, for in-process callers and tests; never sent to a client nor kept in a receipt.
-    detail: str | None = Field(default=None, repr=False)
-
-    def envelope(self) -> dict[str, Any]:
-        """The JSON body returned over HTTP."""
-        body: dict[str, Any] = {
-            "success": self.success,
-            "completed": self.completed,
-            "message": self.message,
-            "session": self.session,
-        }
-        if self.success:
-            body["contentType"] = self.content_type
-        else:
-            body["code"] = self.error_code
-            body["requestId"] = self.request_id
-        return body
-
-    def receipt_response(self) -> dict[str, Any]:
-        """What a receipt keeps of this response, to answer a retry of the same key identically."""
-        return self.model_dump(exclude={"replayed", "retry_after", "tokens", "detail"})
 
 
 @dataclass(frozen=True)
@@ -198,7 +156,7 @@ class FlowEngine:
 
     def current_deadline(self) -> float | None:
         """The ``time.monotonic()`` deadline of the turn running in this task, if any."""
-        return _turn_deadline.get()
+        return current_deadline()
 
     # -- turns --------------------------------------------------------------------------------
 
@@ -220,18 +178,19 @@ class FlowEngine:
         conditional write as the session, and a retry with the same key (and ``caller``) gets the
         stored response back, marked ``replayed``, without running again.
         """
-        token = _turn_deadline.set(deadline)
         request_id = request_id or uuid.uuid4().hex
-        try:
-            turn = self._check_input(flow_name, user_message, session_id, config, idempotency_key, caller, request_id)
-            async with self._session_lock(turn.session_id or turn.first_id):
-                return await self._run_locked(turn)
-        except PicoFlowError as exc:
-            return _failure(exc, session_id if isinstance(session_id, str) else "", request_id)
-        except Exception as exc:  # noqa: BLE001 - run() answers every failure with an envelope
-            return _failure(_defect(exc, "TURN_FAILED"), session_id if isinstance(session_id, str) else "", request_id)
-        finally:
-            _turn_deadline.reset(token)
+        with turn_deadline(deadline):
+            try:
+                turn = self._check_input(
+                    flow_name, user_message, session_id, config, idempotency_key, caller, request_id
+                )
+                async with self._session_lock(turn.session_id or turn.first_id):
+                    return await self._run_locked(turn)
+            except PicoFlowError as exc:
+                return _failure(exc, session_id if isinstance(session_id, str) else "", request_id)
+            except Exception as exc:  # noqa: BLE001 - run() answers every failure with an envelope
+                session = session_id if isinstance(session_id, str) else ""
+                return _failure(_defect(exc, "TURN_FAILED"), session, request_id)
 
     def run_sync(self, flow_name: str, user_message: str | None = None, session_id: str | None = None,
                  config: dict[str, Any] | None = None) -> RunResponse:
@@ -277,7 +236,7 @@ class FlowEngine:
         )
 
     async def _run_locked(self, turn: _Turn) -> RunResponse:
-        deadline = _turn_deadline.get()
+        deadline = current_deadline()
         if deadline is not None and deadline <= time.monotonic():
             # No time is left (a Lambda invoked with less than the handler's margin, or a long wait for the
             # session lock): refuse before any store call, so no session is created or read for nothing.
@@ -289,7 +248,7 @@ class FlowEngine:
         doc = opened
         tokens_before = doc.tokens.model_copy()
         try:
-            flow.bind(self, doc)
+            flow.bind(doc, self._runtime(doc))
             if doc.revision == 0:
                 opener = await flow.get_current_step().on_start()
                 if opener is not None:
@@ -316,6 +275,19 @@ class FlowEngine:
         if response.success:
             response.tokens = _usage_since(tokens_before, doc.tokens)
         return response
+
+    def _runtime(self, doc: SessionDoc) -> TurnRuntime:
+        return TurnRuntime(
+            doc=doc,
+            providers=self.providers,
+            decision_providers=self.decision_providers,
+            retry_delay=self.retry_delay,
+            save=self._save_session,
+            start=self._start_session,
+        )
+
+    async def _start_session(self, flow_name: str, message: str | None, config: dict[str, Any]) -> RunResponse:
+        return await self.run(flow_name, message, None, config)
 
     async def _build_flow(self, turn: _Turn) -> Flow:
         try:
@@ -460,7 +432,7 @@ class FlowEngine:
 
     async def _read_back(self, session_id: str) -> SessionDoc | None:
         """The stored session, None when there is none, ``_UNREADABLE`` when it cannot be read in time."""
-        deadline = _turn_deadline.get()
+        deadline = current_deadline()
         budget = READ_BACK_SECONDS if deadline is None else deadline + READ_BACK_SECONDS - time.monotonic()
         if budget <= 0:
             return _UNREADABLE
@@ -494,7 +466,7 @@ class FlowEngine:
                 continue
             if result is None:
                 continue
-            flow.tally(result.response)
+            add_usage(flow.get_session_doc().tokens, result.response)
             space.messages[:] = result.messages
             space.summary = result.summary
             space.summarized_through_id = result.summarized_through_id
@@ -535,11 +507,8 @@ class FlowEngine:
         """
         if not session_id:
             return {"success": True, "session": ""}
-        token = _turn_deadline.set(deadline)
-        try:
+        with turn_deadline(deadline):
             return await self._delete(session_id, caller or None)
-        finally:
-            _turn_deadline.reset(token)
 
     async def _delete(self, session_id: str, caller: str | None) -> dict[str, Any]:
         try:
@@ -642,7 +611,7 @@ async def _bounded_turn(call: Awaitable[T]) -> T:
     try:
         return await _within_turn(call, reserve=0)
     except TimeoutError as exc:
-        deadline = _turn_deadline.get()
+        deadline = current_deadline()
         if deadline is not None and time.monotonic() >= deadline:
             raise TurnDeadlineError("The turn's steps did not finish before the deadline.") from exc
         raise
@@ -650,7 +619,7 @@ async def _bounded_turn(call: Awaitable[T]) -> T:
 
 async def _within_turn(call: Awaitable[T], *, reserve: float) -> T:
     """Await optional work (a summary), giving up ``reserve`` seconds before the deadline to leave time for the save."""
-    deadline = _turn_deadline.get()
+    deadline = current_deadline()
     if deadline is None:
         return await call
     return await asyncio.wait_for(call, max(deadline - reserve - time.monotonic(), 0.01))
@@ -658,7 +627,7 @@ async def _within_turn(call: Awaitable[T], *, reserve: float) -> T:
 
 async def _before_deadline(call: Awaitable[T]) -> T:
     """Await a store call, giving up when the turn's deadline passes (a hung backend must not outlast it)."""
-    deadline = _turn_deadline.get()
+    deadline = current_deadline()
     if deadline is None:
         return await call
     try:

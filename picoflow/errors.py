@@ -224,6 +224,21 @@ class IdempotencyKeyTooWeakError(PicoFlowError):
     status_code = 400
 
 
+class CompactionError(PicoFlowError):
+    """The summary model produced no usable summary."""
+
+    code = "MEMORY_COMPACTION_FAILED"
+    status_code = 500
+
+
+class ScriptedModelError(RuntimeError):
+    """The failure a scripted reply with an ``"error"`` entry raises in place of answering."""
+
+
+class IllegalConversationError(ValueError):
+    """A request whose messages the Chat Completions API would refuse."""
+
+
 # The one sentence a client reads for each failure code. Exception text, upstream bodies, paths and
 # endpoints never reach a response: they go to the logs and to the session's ``error`` array.
 PUBLIC_MESSAGES: dict[str, str] = {

@@ -6,10 +6,11 @@ import asyncio
 import copy
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from picoflow.batch import BatchInvoker, http_invoker
 from picoflow.decision import (
     DEFAULT_MAX_PRIOR_REQUESTS,
     DecisionConversation,
@@ -17,29 +18,20 @@ from picoflow.decision import (
     read_conversation,
 )
 from picoflow.errors import PicoFlowError
+from picoflow.execution import execution_frames, worker_view
 from picoflow.logger import SessionLogger
 from picoflow.memory import Memory
 from picoflow.models.selection import ModelSelection
-from picoflow.parallel import (
-    RunStepRequest,
-    active_scope,
-    check_depth,
-    execution_frame,
-    execution_frames,
-    read_only,
-    run_batch,
-)
-from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc, TokenUsage
-from picoflow.step import Step, TerminateSessionStep, deep_merge, read_path
+from picoflow.protocols import FlowView, Runtime
+from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc
+from picoflow.state import deep_merge, read_path
+from picoflow.step import Step, TerminateSessionStep
 from picoflow.tools import ToolSpec
 from picoflow.transitions import step_name
 
 if TYPE_CHECKING:
-    from langchain_core.messages import BaseMessage
-
-    from picoflow.batch import BatchInvoker
-    from picoflow.engine import FlowEngine, RunResponse
     from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
+    from picoflow.results import RunResponse
 
 
 class Flow:
@@ -68,7 +60,8 @@ class Flow:
         self._tools: dict[str, ToolSpec] = {}
         self._model: ModelSelection | None = None
         self._doc: SessionDoc | None = None
-        self._engine: FlowEngine | None = None
+        self._runtime: Runtime | None = None
+        self._shared = _SharedView(self)
         self._current: str | None = None
         self._sequence: list[SequenceItem] = []
 
@@ -162,9 +155,7 @@ class Flow:
             raise PicoFlowError("concurrent_steps() needs a batch_size of at least 1.")
         if invoke is None:
             self_url = os.environ.get("SELF_URL")
-            from picoflow.batch import http_invoker
-
-            invoke = http_invoker(self_url) if self_url else self._invoke_here
+            invoke = http_invoker(self_url) if self_url else self._turn().start_session
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
             responses = await asyncio.gather(*(invoke(self.id, message, on_config(item)) for item in batch))
@@ -176,9 +167,6 @@ class Flow:
                 if inspect.isawaitable(result):
                     await result
             self.logger.log("Batch progress", done=min(start + batch_size, len(items)), total=len(items))
-
-    async def _invoke_here(self, flow_name: str, message: str | None, config: dict[str, Any]) -> RunResponse:
-        return await self.get_flow_engine().run(flow_name, message, None, config)
 
     def config_parallel_execution(self) -> dict[str, Any]:
         """Limits for nested execution: ``max_depth`` (8), ``max_invocations`` (256), ``cancellation_grace_ms``."""
@@ -223,11 +211,7 @@ class Flow:
 
     def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
         """A step's state (or one dotted path in it); inside a parallel worker, a copy of its snapshot."""
-        step = self.require_step(step_cls)
-        scope = active_scope(self)
-        if scope is None:
-            return step.get_state(key)
-        return copy.deepcopy(read_path(scope.read(step.id), key))
+        return self._view().step_state(self.require_step(step_cls), key)
 
     def save_step_state(self, step_cls: type[Step] | str, data: dict[str, Any]) -> None:
         self._state_owner(step_cls).save_state(data)
@@ -239,17 +223,13 @@ class Flow:
         return self._state_owner(step_cls).get_transient_state(path)
 
     def _state_owner(self, step_cls: type[Step] | str) -> Step:
-        # Inside a worker, its own step's state lives on the worker instance, not on the registered one.
-        step = self.require_step(step_cls)
-        scope = active_scope(self)
-        return scope.step if scope is not None and scope.step.id == step.id else step
+        return self._view().state_owner(self.require_step(step_cls))
 
     # -- memory -------------------------------------------------------------------------------
 
     def get_memory(self, namespace: str | None = None) -> Any:
         """The Memory container, or the live message list of one namespace (a private clone in a worker)."""
-        scope = active_scope(self)
-        memory = scope.memory if scope is not None else self._memory
+        memory = self._view().memory()
         if namespace is None:
             return memory
         return memory.messages(namespace)
@@ -281,9 +261,7 @@ class Flow:
 
     def get_session_doc(self) -> SessionDoc:
         """The session document; inside a parallel worker, a read-only view of it."""
-        doc = self._require_doc()
-        scope = active_scope(self)
-        return doc if scope is None else read_only(doc, scope)
+        return self._view().session_doc(self._require_doc())
 
     def _require_doc(self) -> SessionDoc:
         if self._doc is None:
@@ -293,10 +271,14 @@ class Flow:
     def get_session_id(self) -> str:
         return self.get_session_doc().id
 
-    def get_flow_engine(self) -> FlowEngine:
-        if self._engine is None:
-            raise PicoFlowError("The flow is not bound to an engine yet.")
-        return self._engine
+    def _turn(self) -> Runtime:
+        if self._runtime is None:
+            raise PicoFlowError("The flow is not running a turn.")
+        return self._runtime
+
+    def _view(self) -> FlowView:
+        """The flow's own view of its data, or the isolated view of the parallel worker running this task."""
+        return worker_view(self) or self._shared
 
     def mark_completed(self) -> None:
         self._refuse_in_worker("complete the session")
@@ -305,7 +287,7 @@ class Flow:
     async def checkpoint(self) -> None:
         """Save the session now, through the engine's normal save path (used by root-join checkpoints)."""
         self._refuse_in_worker("save the session")
-        await self.get_flow_engine()._save_session(self)
+        await self._turn().checkpoint(self)
 
     @property
     def logger(self) -> SessionLogger:
@@ -343,45 +325,15 @@ class Flow:
             f"Cannot goto '{target}' from a child execution frame. "
             "Return a result to the owning step instead."
         )
-        scope = active_scope(self)
-        if scope is not None:
-            scope.refuse(message)
+        self._view().forbid(message)
         raise PicoFlowError(message)
-
-    async def run_child(self, step_cls: type[Step] | str, user_message: str | None = None) -> Any:
-        """Run a registered step in a nested frame without moving the cursor; return its output.
-
-        Inside a parallel worker this is a one-child atomic barrier, so the child stays isolated too.
-        """
-        if active_scope(self) is not None:
-            batch = await run_batch(
-                self.get_executing_step(),
-                [RunStepRequest(step=step_cls, user_message=user_message)],
-                failure_policy="atomic",
-            )
-            branch = batch.branches[0]
-            if branch.error is not None:
-                raise branch.error
-            return branch.output
-        child = self.require_step(step_cls)
-        frames = execution_frames(self)
-        check_depth(self, len(frames) + 1)
-        self._sequence.append(SequenceItem(level=len(frames) + 2, step_name=child.id))
-        with execution_frame(child):
-            await child.on_enter()
-            try:
-                return await child.run(user_message)
-            finally:
-                await child.on_exit()
 
     def extend_sequence(self, items: list[SequenceItem]) -> None:
         """Append nested-execution entries to the sequence trace."""
         self._sequence.extend(items)
 
     def _refuse_in_worker(self, action: str) -> None:
-        scope = active_scope(self)
-        if scope is not None:
-            scope.refuse(f"A run_steps() worker cannot {action}.")
+        self._view().forbid(f"A run_steps() worker cannot {action}.")
 
     # -- runtime plumbing (used by FlowEngine) ---------------------------------------------------
 
@@ -422,9 +374,9 @@ class Flow:
             sequence=[SequenceItem(level=1, step_name=name)],
         )
 
-    def bind(self, engine: FlowEngine, doc: SessionDoc) -> None:
-        """Hydrate this instance from a (loaded or freshly created) session document."""
-        self._engine = engine
+    def bind(self, doc: SessionDoc, runtime: Runtime | None = None) -> None:
+        """Hydrate this instance from a (loaded or freshly created) session document, for ``runtime``'s turn."""
+        self._runtime = runtime
         self._doc = doc
         flow = doc.flow
         if flow.model is not None:
@@ -459,17 +411,29 @@ class Flow:
         doc.version = SESSION_DOC_VERSION
         return doc
 
-    def tally(self, message: BaseMessage) -> None:
-        from picoflow.tokens import add_usage
 
-        # Token accounting records attempted work, workers' included.
-        add_usage(self._require_doc().tokens, message)
+class _SharedView:
+    """The flow's own view of its data: reads and writes pass straight through, nothing is refused."""
 
-    def tally_decision(self, usage: TokenUsage | None) -> None:
-        """Add a decision call's usage to ``decisionUsage``, kept apart from the chat ``tokens``."""
-        if usage is None:
-            return
-        doc = self._require_doc()
-        if doc.decision_usage is None:
-            doc.decision_usage = TokenUsage()
-        doc.decision_usage.add(usage)
+    worker = None
+
+    def __init__(self, flow: Flow) -> None:
+        self.flow = flow
+
+    def memory(self) -> Memory:
+        return self.flow._memory
+
+    def session_doc(self, doc: SessionDoc) -> SessionDoc:
+        return doc
+
+    def step_state(self, step: Step, key: str | None) -> Any:
+        return step.get_state(key)
+
+    def state_owner(self, step: Step) -> Step:
+        return step
+
+    def forbid(self, message: str) -> None:
+        return None
+
+    def record_write(self, step: Step, fields: Sequence[str]) -> None:
+        return None

@@ -5,28 +5,28 @@ from __future__ import annotations
 import json
 import secrets
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel
 
+from picoflow.protocols import Named
 from picoflow.session.document import MessageDoc, ToolCallDoc, format_timestamp
-
-if TYPE_CHECKING:
-    from picoflow.step import Step
 
 DIRECT_KEY = "direct"
 #: What a step's model is shown on arrival when nothing else opens its turn.
 OPENER_TEXT = "Start"
 #: The framework's message when it enters a logic step, followed by the step's name.
 CONTINUE_PREFIX = "Continue to step:"
+#: The framework's message after an empty model answer, asking the model to answer properly.
+EMPTY_RESPONSE_NUDGE = "Follow system prompt and respond properly."
 
 
-def _step_name(owner: Step | str) -> str:
+def _step_name(owner: Named | str) -> str:
     return owner if isinstance(owner, str) else owner.id
 
 
-def gen_message_id(owner: Step | str) -> str:
+def gen_message_id(owner: Named | str) -> str:
     """``<step name>|<UTC timestamp>|<10 random digits>``: the step prefix attributes the message."""
     stamp = format_timestamp(datetime.now(UTC))
     return f"{_step_name(owner)}|{stamp}|{secrets.randbelow(10**10):010d}"
@@ -58,10 +58,17 @@ def content_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+def as_text(value: Any) -> str:
+    """A reply as text: strings as they are, pydantic models and other values as JSON."""
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 class HumanMessageEx(HumanMessage):
     """A human message whose id names the step that produced it."""
 
-    def __init__(self, owner: Step | str, content: str, **kwargs: Any) -> None:
+    def __init__(self, owner: Named | str, content: str, **kwargs: Any) -> None:
         kwargs.setdefault("id", gen_message_id(owner))
         kwargs.setdefault("additional_kwargs", {DIRECT_KEY: False})
         super().__init__(content=content, **kwargs)
@@ -70,7 +77,7 @@ class HumanMessageEx(HumanMessage):
 class AiMessageEx(AIMessage):
     """An AI message whose id names the step that produced it."""
 
-    def __init__(self, owner: Step | str, content: str, **kwargs: Any) -> None:
+    def __init__(self, owner: Named | str, content: str, **kwargs: Any) -> None:
         kwargs.setdefault("id", gen_message_id(owner))
         kwargs.setdefault("additional_kwargs", {DIRECT_KEY: False})
         super().__init__(content=content, **kwargs)
@@ -79,7 +86,7 @@ class AiMessageEx(AIMessage):
 class ToolMessageEx(ToolMessage):
     """A tool result attributed to the step whose handler produced it."""
 
-    def __init__(self, owner: Step | str, content: str, tool_call_id: str, **kwargs: Any) -> None:
+    def __init__(self, owner: Named | str, content: str, tool_call_id: str, **kwargs: Any) -> None:
         kwargs.setdefault("id", gen_message_id(owner))
         super().__init__(content=content, tool_call_id=tool_call_id, **kwargs)
 
@@ -87,7 +94,7 @@ class ToolMessageEx(ToolMessage):
 class DirectMessage(AIMessage):
     """An AI message returned to the caller verbatim, without another model call."""
 
-    def __init__(self, owner: Step | str, content: Any, **kwargs: Any) -> None:
+    def __init__(self, owner: Named | str, content: Any, **kwargs: Any) -> None:
         text = content if isinstance(content, str) else json.dumps(content)
         kwargs.setdefault("id", gen_message_id(owner))
         extra = dict(kwargs.pop("additional_kwargs", {}))

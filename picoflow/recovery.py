@@ -1,19 +1,16 @@
-"""Model-call policy and recovery: per-attempt timeouts, retry decisions, a fallback model and refusals."""
+"""Model-call policy and recovery values: per-attempt timeouts, hook contexts, a fallback model and refusals."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage
 
-from picoflow.errors import LlmBlockedError, PicoFlowError
+from picoflow.errors import PicoFlowError
 from picoflow.models.selection import ModelSelection
-
-if TYPE_CHECKING:
-    from picoflow.parallel import CancellationSignal
-    from picoflow.step import Step
+from picoflow.parallel import CancellationSignal
 
 # finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
 BLOCKED_FINISH_REASONS = frozenset({"content_filter", "safety", "prohibited_content", "blocklist", "spii"})
@@ -152,30 +149,3 @@ def blocked_error(error: BaseException) -> Block | None:
     if isinstance(code, str) and code.lower() in BLOCKED_ERROR_CODES:
         return Block(code.lower(), code, "prompt", {})
     return None
-
-
-def should_retry(step: Step, context: LlmAttemptErrorContext) -> bool:
-    """The step's decision, else the flow's, else retry while attempts remain."""
-    for owner in (step, step.flow):
-        decision = owner.should_retry_llm_error(context)
-        if decision is not None:
-            return bool(decision)
-    return True
-
-
-async def recover_from_error(step: Step, context: LlmErrorContext) -> Any:
-    """The first non-None answer of ``on_llm_error`` on the step, then on the flow."""
-    answer = await step.on_llm_error(context)
-    return answer if answer is not None else await step.flow.on_llm_error(context)
-
-
-async def handle_block(step: Step, context: LlmBlockedContext) -> Any:
-    """The first non-None answer of ``on_llm_blocked`` on the step, then on the flow; else raise."""
-    answer = await step.on_llm_blocked(context)
-    if answer is None:
-        answer = await step.flow.on_llm_blocked(context)
-    if answer is None:
-        raise LlmBlockedError(context)
-    if isinstance(answer, RetryWithModel):
-        raise PicoFlowError("on_llm_blocked() cannot switch models; return a safe reply or a route instead.")
-    return answer

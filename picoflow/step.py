@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -12,7 +11,7 @@ from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
 from picoflow.errors import PicoFlowError
-from picoflow.messages import OPENER_TEXT, HumanMessageEx, message_step
+from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.selection import ModelSelection
 from picoflow.parallel import (
     CancellationSignal,
@@ -22,11 +21,8 @@ from picoflow.parallel import (
     ParallelInvocation,
     RunStepRequest,
     StateChannel,
-    contribute,
-    invocation_of,
-    record_state_write,
-    run_batch,
 )
+from picoflow.protocols import FlowLike, Worker
 from picoflow.recovery import (
     LlmAttemptErrorContext,
     LlmBlockedContext,
@@ -36,13 +32,11 @@ from picoflow.recovery import (
 )
 from picoflow.session.document import StepDoc, format_timestamp, validate_namespace
 from picoflow.state import deep_merge, read_path
-from picoflow.tools import ToolSpec, decorated_tools, exposed_order, group_handlers, typed_tool_specs
+from picoflow.tools import ToolSpec, decorated_tools, exposed_order, group_handlers, handled_tool_call, typed_tool_specs
 from picoflow.transitions import PLAIN_TEXT, Transition, go
 
 if TYPE_CHECKING:
     from langchain_core.messages import AIMessage
-
-    from picoflow.flow import Flow
 
 TRANSIENT_KEY = "_transient"
 PROMPT_KEY = "_prompt"
@@ -59,7 +53,7 @@ class Step:
         if "id" not in cls.__dict__:
             cls.id = cls.__name__
 
-    def __init__(self, flow: Flow) -> None:
+    def __init__(self, flow: FlowLike) -> None:
         self.flow = flow
         self._namespace: str | None = None
         self._model_override: ModelSelection | None = None
@@ -136,9 +130,7 @@ class Step:
 
     async def on_response(self, result: Any) -> Any:
         """Turn a final model answer into a reply (str) or a route (step class, name or transition)."""
-        if isinstance(result, BaseModel):
-            return result.model_dump_json()
-        return result if isinstance(result, str) else json.dumps(result)
+        return as_text(result)
 
     def check_response(self, result: AIMessage | Any) -> bool:
         """Return True to reject this model result and ask for another one."""
@@ -149,9 +141,7 @@ class Step:
 
         Override to prepare state (then call ``super().run(...)``) or to compute a nested worker's output.
         """
-        from picoflow.runner import run_model_loop
-
-        return await run_model_loop(self, user_message)
+        return await self.flow._turn().run_model_loop(self, user_message)
 
     # -- model-call policy and recovery ---------------------------------------------------------
 
@@ -192,7 +182,7 @@ class Step:
         """Replace ``data``'s first key, deep-merge the rest, and stamp ``_saveOn``."""
         if not data:
             return
-        record_state_write(self, list(data))
+        self.flow._view().record_write(self, list(data))
         first = next(iter(data))
         self._state.pop(first, None)
         deep_merge(self._state, data)
@@ -203,12 +193,12 @@ class Step:
         return read_path(self._state, path)
 
     def remove_state(self, key: str) -> None:
-        record_state_write(self, [key])
+        self.flow._view().record_write(self, [key])
         self._state.pop(key, None)
 
     def save_transient_state(self, data: dict[str, Any]) -> None:
         """Keep ``data`` for this request only; it is never persisted."""
-        record_state_write(self, [])
+        self.flow._view().record_write(self, [])
         deep_merge(self._state.setdefault(TRANSIENT_KEY, {}), data)
 
     def get_transient_state(self, path: str | None = None) -> Any:
@@ -236,8 +226,6 @@ class Step:
         return self.flow.get_memory().namespace(self.namespace).erase()
 
     def gen_message_id(self) -> str:
-        from picoflow.messages import gen_message_id
-
         return gen_message_id(self)
 
     def tool_idempotency_key(self, call: dict[str, Any] | None = None) -> str:
@@ -246,8 +234,6 @@ class Step:
         It is the same for the same session, step, tool and model call id, and differs everywhere else: hand it
         to payment, booking or ticketing APIs so that a repeated call is recognised instead of applied twice.
         """
-        from picoflow.runner import handled_tool_call
-
         call = call or handled_tool_call()
         if not call or not call.get("id"):
             raise PicoFlowError("tool_idempotency_key() needs a tool call: use it inside a tool handler.")
@@ -272,7 +258,7 @@ class Step:
 
     async def run_step(self, step_cls: type[Step] | str, user_message: str | None = None) -> Any:
         """Run a registered child step inside this turn and return its answer; the cursor stays put."""
-        return await self.flow.run_child(step_cls, user_message)
+        return await self.flow._turn().run_child(self.flow, step_cls, user_message)
 
     async def run_steps(
         self,
@@ -288,7 +274,7 @@ class Step:
         Branch results come back in request order. ``failure_policy="atomic"`` publishes nothing when a
         branch fails; ``checkpoint="root-join"`` saves the session right after a top-level join.
         """
-        return await run_batch(
+        return await self.flow._turn().run_steps(
             self,
             requests,
             failure_policy=failure_policy,
@@ -307,11 +293,19 @@ class Step:
 
     def contribute_state(self, name: str, value: Any) -> None:
         """From a worker: add ``value`` to the channel ``name``; contributions reduce in request order."""
-        contribute(self, name, value)
+        self._own_worker("contribute_state() can only be called by a run_steps() worker on itself.").contribute(
+            name, value
+        )
 
     def get_parallel_invocation(self) -> ParallelInvocation:
         """From a worker: its read-only params, branch key, request index, path and cancellation signal."""
-        return invocation_of(self)
+        return self._own_worker(f"Step '{self.id}' is not running as a run_steps() worker.").invocation
+
+    def _own_worker(self, refusal: str) -> Worker:
+        worker = self.flow._view().worker
+        if worker is None or worker.step is not self:
+            raise PicoFlowError(refusal)
+        return worker
 
     # -- tools (runtime) ----------------------------------------------------------------------
 

@@ -1,10 +1,12 @@
-"""Tool definitions and the ``@tool`` / ``@tools`` handler decorators."""
+"""Tool definitions, the ``@tool`` / ``@tools`` handler decorators, and which handler is running."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -12,9 +14,17 @@ from typing import Any
 from pydantic import BaseModel
 
 from picoflow.errors import PicoFlowError
+from picoflow.protocols import Named
 
 _TOOL_ATTR = "__picoflow_tool__"
 _GROUP_ATTR = "__picoflow_tools__"
+
+# The step whose tool handler runs in this task (stay() and direct() need it) and the individual call it
+# handles (None inside a group handler).
+_handling_step: contextvars.ContextVar[Named | None] = contextvars.ContextVar("picoflow_handling_step", default=None)
+_handled_call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "picoflow_handled_tool_call", default=None
+)
 
 
 @dataclass(frozen=True)
@@ -160,3 +170,25 @@ def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
         description = doc.split("\n\n", 1)[0].replace("\n", " ").strip() or name.replace("_", " ")
         specs.append(ToolSpec(name=name, description=description, schema=schema))
     return tuple(specs)
+
+
+@contextlib.contextmanager
+def handling(step: Named, call: dict[str, Any] | None) -> Iterator[None]:
+    """Mark a tool handler of ``step`` (for ``call``, when it handles a single one) as running in the block."""
+    step_token = _handling_step.set(step)
+    call_token = _handled_call.set(call)
+    try:
+        yield
+    finally:
+        _handled_call.reset(call_token)
+        _handling_step.reset(step_token)
+
+
+def handling_step() -> Named | None:
+    """The step whose tool handler is running in this task, if any."""
+    return _handling_step.get()
+
+
+def handled_tool_call() -> dict[str, Any] | None:
+    """The tool call whose individual handler is running, if any."""
+    return _handled_call.get()

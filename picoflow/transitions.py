@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
 from picoflow.errors import PicoFlowError
-
-if TYPE_CHECKING:
-    from picoflow.step import Step
+from picoflow.messages import DirectMessage
+from picoflow.protocols import Named
+from picoflow.tools import handling_step
 
 TOOL_VALIDATED = "input validated"
 PLAIN_TEXT = "text/plain"
-
-# The step whose tool handler is running; stay() and direct() need it.
-_executing_handler_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar(
-    "picoflow_tool_handler_step", default=None
-)
 
 
 @dataclass(frozen=True)
@@ -51,18 +45,15 @@ class Transition:
 
 
 def step_name(target: Any) -> str:
-    """Normalise a step class or name to the registered name."""
-    from picoflow.step import Step
-
+    """Normalise a step class, step or name to the registered name (a step is known by its ``id``)."""
     if isinstance(target, str):
         name = target.strip()
         if not name:
             raise PicoFlowError("go() requires a non-empty Step name.")
         return name
-    if isinstance(target, type) and issubclass(target, Step) and target.id:
-        return target.id
-    if isinstance(target, Step):
-        return target.id
+    name = getattr(target, "id", None)
+    if isinstance(name, str) and name:
+        return name
     raise PicoFlowError("go() requires a Step class with a non-empty id.")
 
 
@@ -71,8 +62,8 @@ def go(target: Any) -> Transition:
     return Transition(step=step_name(target))
 
 
-def _handler_step(what: str) -> Step:
-    step = _executing_handler_step.get()
+def _handler_step(what: str) -> Named:
+    step = handling_step()
     if step is None:
         raise PicoFlowError(f"{what}() can only be returned from inside a running tool handler.")
     return step
@@ -86,38 +77,34 @@ def stay(feedback: str | None = None) -> Transition:
 
 def direct(content: Any) -> Transition:
     """Answer the caller with ``content`` verbatim; no further model call this turn."""
-    from picoflow.messages import DirectMessage
-
     step = _handler_step("direct")
     return Transition(step=step.id, message=DirectMessage(step, content))
 
 
 def direct_to(target: Any, content: Any) -> Transition:
     """Move the cursor to ``target`` and answer with ``content`` verbatim, without a model call."""
-    from picoflow.messages import DirectMessage
-
     name = step_name(target)
     return Transition(step=name, message=DirectMessage(name, content))
 
 
 def finish(content: Any) -> Transition:
     """Complete the session, keep the cursor, and answer with ``content`` verbatim."""
-    from picoflow.messages import DirectMessage
-
-    step = _executing_handler_step.get()
+    step = handling_step()
     owner = step.id if step else "finish"
     # An empty step name keeps the cursor wherever it is.
     return Transition(step="", message=DirectMessage(owner, content), finish=True)
 
 
 def as_transition(value: Any) -> Transition | None:
-    """Interpret a handler/logic/on_response result as a transition, or ``None`` if it is not one."""
-    from picoflow.step import Step
+    """Interpret a handler/logic/on_response result as a transition, or ``None`` if it is not one.
 
+    A class with a non-empty string ``id`` (a step class) routes to that step.
+    """
     if isinstance(value, Transition):
         return value
     if isinstance(value, str) and value.strip():
         return Transition(step=value.strip())
-    if isinstance(value, type) and issubclass(value, Step):
-        return Transition(step=step_name(value))
+    name = getattr(value, "id", None) if isinstance(value, type) else None
+    if isinstance(name, str) and name:
+        return Transition(step=name)
     return None

@@ -12,7 +12,6 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from picoflow.compaction import (
-    CompactionError,
     CompactionResult,
     SummaryConfig,
     choose_cut,
@@ -20,6 +19,7 @@ from picoflow.compaction import (
     orphan_tool_messages,
     summary_system_message,
 )
+from picoflow.errors import CompactionError
 
 USAGE = {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}
 

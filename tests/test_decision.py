@@ -360,7 +360,7 @@ async def test_flow_get_conversation_reads_a_namespace_without_creating_it():
     response = await engine.run("SupportFlow", "Deploys are failing")
     flow = SupportFlow()
     flow.collect_steps()
-    flow.bind(engine, await engine.session_store.load(response.session))
+    flow.bind(await engine.session_store.load(response.session))
 
     assert flow.get_conversation("IntakeStep").request == "Deploys are failing"
     assert flow.get_conversation("nowhere").request == ""

@@ -12,8 +12,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from pydantic import BaseModel
 
 from picoflow import Flow, ModelSelection, PicoFlowError, Step, ToolSpec, go, stay, tool
-from picoflow.errors import public_message
-from picoflow.models.conversation import IllegalConversationError, check_conversation, conversation_problems
+from picoflow.errors import IllegalConversationError, public_message
+from picoflow.models.conversation import check_conversation, conversation_problems
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.parallel import RunStepRequest
 from tests.support.engine import call, scripted_engine, text

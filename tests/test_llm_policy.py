@@ -25,11 +25,10 @@ from picoflow import (
     retry_with_model,
     tool,
 )
-from picoflow import runner as runner_module
-from picoflow.errors import public_message
+from picoflow.errors import ScriptedModelError, public_message
 from picoflow.models.registry import ModelProvider, ProviderRegistry
-from picoflow.models.scripted import ScriptedModelError
 from picoflow.recovery import resolve_call_policy
+from picoflow.turn import deadline as deadline_module
 from tests.support.engine import call, scripted_engine, text
 
 Hook = Callable[[Any], Any] | None
@@ -175,7 +174,7 @@ async def test_a_step_can_remove_or_replace_the_flow_timeout(override):
 
 async def test_the_turn_deadline_bounds_the_attempt_timeout(monkeypatch):
     # The handler passes the Lambda's remaining time as the turn deadline; it caps the policy timeout.
-    monkeypatch.setattr(runner_module, "MIN_CALL_SECONDS", 0.05)
+    monkeypatch.setattr(deadline_module, "MIN_CALL_SECONDS", 0.05)
     started = time.monotonic()
     response, model, _ = await turn(
         make_flow(policy={"timeout_ms": 60_000}), [{"content": "slow", "delay": 5}, text("never")],

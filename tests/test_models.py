@@ -8,11 +8,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import PicoFlowError, ScriptedModelError
 from picoflow.models.factory import default_registry
 from picoflow.models.openai import OpenAIProvider
 from picoflow.models.registry import ModelProvider, ProviderRegistry, provider_family
-from picoflow.models.scripted import ScriptedChatModel, ScriptedModelError, ScriptedProvider
+from picoflow.models.scripted import ScriptedChatModel, ScriptedProvider
 from picoflow.models.selection import ModelSelection
 from picoflow.tokens import usage_from_message
 

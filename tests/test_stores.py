@@ -32,9 +32,10 @@ from picoflow.errors import (
 from picoflow.session.conformance import CHECK_NAMES, run_check, run_conformance
 from picoflow.session.document import SessionDoc, format_timestamp
 from picoflow.session.dynamodb_store import MAX_ITEM_BYTES, DynamoDBSessionStore, item_size
+from picoflow.session.factory import store_from_env
 from picoflow.session.memory_store import MemorySessionStore
 from picoflow.session.sqlite_store import SQLiteSessionStore
-from picoflow.session.store import SessionStore, store_from_env
+from picoflow.session.store import SessionStore
 from tests.support.dynamodb_local import REGION, DynamoTable, free_port
 
 BACKENDS = ["memory", "sqlite", "moto", "dynamodb-local"]

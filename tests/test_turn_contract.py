@@ -18,7 +18,7 @@ import handlers.api as api
 from picoflow import FlowEngine, MemorySessionStore, SessionStoreError
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.errors import PUBLIC_MESSAGES, public_message
-from picoflow.runner import _Failure
+from picoflow.turn.model_call import _Failure
 from tests.support import faulty_flows
 from tests.support.engine import call, scripted_engine, text
 from tests.support.faulty_flows import MARKER, FaultyFlow, KeepingFlow

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from picoflow.local.chat import ChatClient
     from picoflow.local.serve import make_server
-    from picoflow.session.store import store_from_env
+    from picoflow.session.factory import store_from_env
 
     server = make_server("127.0.0.1", 0, inspector=True)
     server.access_log = False

@@ -11,9 +11,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-
-class IllegalConversationError(ValueError):
-    """A request whose messages the Chat Completions API would refuse."""
+from picoflow.errors import IllegalConversationError
 
 
 def _shape(message: BaseMessage | Mapping[str, Any]) -> tuple[str, Any, list[str], str | None]:

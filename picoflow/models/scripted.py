@@ -20,7 +20,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import PicoFlowError, ScriptedModelError
 from picoflow.models.context import calling_step
 from picoflow.models.conversation import check_conversation
 from picoflow.models.registry import ModelProvider
@@ -35,10 +35,6 @@ _REPLY_KEYS = frozenset(
 _USAGE_KEYS = frozenset(
     {"input_tokens", "output_tokens", "total_tokens", "input_token_details", "output_token_details"}
 )
-
-
-class ScriptedModelError(RuntimeError):
-    """The failure a scripted reply with an ``"error"`` entry raises in place of answering."""
 
 
 class ScriptedProvider(ModelProvider):

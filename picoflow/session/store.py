@@ -1,16 +1,15 @@
-"""The session store contract shared by every backend, and store selection from the environment."""
+"""The session store contract shared by every backend, and the document encoding they share."""
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from abc import ABC, abstractmethod
 from typing import Any
 
 from pydantic_core import from_json
 
-from picoflow.errors import PicoFlowError, SessionFlowInvariantError
+from picoflow.errors import SessionFlowInvariantError
 from picoflow.session.document import FlowDoc, SessionDoc, utc_now
 
 #: The key under which a stored item keeps what is not part of the portable document.
@@ -130,31 +129,3 @@ def _validate_flow(flow: dict[str, Any]) -> FlowDoc:
         return FlowDoc.model_validate(flow)
     except ValidationError as exc:
         raise SessionFlowInvariantError(f"Invalid flow object: {exc.errors()[0].get('msg')}") from exc
-
-
-def store_from_env(env: dict[str, str] | None = None) -> SessionStore:
-    """Build the store named by ``SESSION_STORE`` (MEMORY by default, SQLITE, DYNAMODB)."""
-    env = dict(os.environ) if env is None else env
-    kind = (env.get("SESSION_STORE") or "MEMORY").strip().upper()
-    if kind == "MEMORY":
-        from picoflow.session.memory_store import MemorySessionStore
-
-        return MemorySessionStore()
-    if kind == "SQLITE":
-        from picoflow.session.sqlite_store import SQLiteSessionStore
-
-        return SQLiteSessionStore(env.get("SQLITE_PATH") or "ignore/session/session.sqlite")
-    if kind == "DYNAMODB":
-        from picoflow.session.dynamodb_store import DynamoDBSessionStore
-
-        table = env.get("SESSION_TABLE")
-        if not table:
-            raise PicoFlowError("SESSION_STORE=DYNAMODB needs SESSION_TABLE to name the sessions table.")
-        ttl = env.get("SESSION_TTL_SECONDS")
-        return DynamoDBSessionStore(
-            table,
-            endpoint_url=env.get("DYNAMODB_ENDPOINT_URL") or None,
-            region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-            ttl_seconds=int(ttl) if ttl else None,
-        )
-    raise PicoFlowError(f"No valid session store '{kind}'. Use MEMORY, SQLITE or DYNAMODB.")

@@ -1,0 +1,120 @@
+"""DecisionStep: a logic step that routes on typed answers from a decision provider instead of prose.
+
+A decision step asks a provider a batch of typed questions about the conversation and some application
+facts; the turn checks the answers against the questions and hands them to ``on_decision``, which returns an
+ordinary transition. It is a ``LogicStep``, so the hop loop needs nothing special for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from picoflow.decision import (
+    DEFAULT_MAX_PRIOR_REQUESTS,
+    Answer,
+    DecisionConfig,
+    DecisionContext,
+    DecisionErrorContext,
+    Question,
+    resolve_decision_config,
+)
+from picoflow.errors import PicoFlowError
+from picoflow.models.selection import ModelSelection
+from picoflow.protocols import FlowLike
+from picoflow.step import LogicStep, Step
+from picoflow.tools import group_handlers
+from picoflow.transitions import Transition
+
+
+class DecisionStep(LogicStep):
+    """A step that routes on typed answers from a decision provider instead of generating prose.
+
+    Implement ``define_questions()`` and ``on_decision(answers, context)``; optionally ``get_prompt()``
+    (guidance prepended to every question), ``get_decision_facts()`` (JSON application facts),
+    ``config_decision()`` and ``on_decision_error(error, context)``. Chat models, tools and structured
+    output belong to ordinary steps and are refused here.
+    """
+
+    #: How many earlier human messages the provider sees as ``priorRequests``.
+    max_prior_requests: ClassVar[int] = DEFAULT_MAX_PRIOR_REQUESTS
+
+    def __init__(self, flow: FlowLike) -> None:
+        super().__init__(flow)
+        self._decision_options: dict[str, Any] = {}
+
+    # -- registration -------------------------------------------------------------------------
+
+    def use_model(self, selection: ModelSelection | dict[str, Any]) -> Step:
+        raise PicoFlowError(
+            f"DecisionStep '{self.id}' does not call a chat model: choose its decision model with "
+            "use_decision(model=...) or config_decision()."
+        )
+
+    def use_decision(self, **options: Any) -> DecisionStep:
+        """Override decision options for this registered instance: ``model``, ``max_retries``, ``timeout_ms``."""
+        unknown = sorted(set(options) - set(DecisionConfig.model_fields))
+        if unknown:
+            raise PicoFlowError(f"use_decision() got unknown option(s) {', '.join(unknown)}.")
+        self._decision_options.update(options)
+        return self
+
+    def exposed_tool_names(self) -> list[str]:
+        # The flow asks every step for its tools when it collects the steps: that is where chat-only
+        # configuration on a decision step is refused, before any turn runs.
+        features = []
+        if self.define_tools() or self.use_tools() or super().exposed_tool_names() or group_handlers(type(self)):
+            features.append("tools")
+        if self.struct_output_schema() is not None:
+            features.append("struct_output_schema()")
+        if features:
+            raise PicoFlowError(
+                f"DecisionStep '{self.id}' cannot use {' or '.join(features)}: "
+                "use a regular Step when a model must generate text or call tools."
+            )
+        return []
+
+    def new_worker(self, state: dict[str, Any]) -> Step:
+        worker = super().new_worker(state)
+        assert isinstance(worker, DecisionStep)
+        worker._decision_options = dict(self._decision_options)
+        return worker
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def define_questions(self) -> Mapping[str, Question]:
+        """The questions of this invocation, by name; called afresh every time the step runs."""
+        raise NotImplementedError(f"{type(self).__name__} must implement define_questions().")
+
+    def get_decision_facts(self) -> dict[str, Any]:
+        """JSON-compatible application facts the questions are about (``request``/``priorRequests`` are reserved)."""
+        return {}
+
+    def config_decision(self) -> dict[str, Any]:
+        """This step's decision options (``model``, ``max_retries``, ``timeout_ms``) over the flow's."""
+        return {}
+
+    async def on_decision(self, answers: dict[str, Answer], context: DecisionContext) -> Transition | type[Step] | str:
+        """Route on validated answers: a transition (``go``, ``direct_to``, ``finish``), a step class or name."""
+        raise NotImplementedError(f"{type(self).__name__} must implement on_decision().")
+
+    async def on_decision_error(self, error: Exception, context: DecisionErrorContext) -> Any:
+        """Recover from a failed or invalid decision with a route, or None to ask the flow (then re-raise)."""
+        return None
+
+    # -- execution ----------------------------------------------------------------------------
+
+    def decision_config(self) -> DecisionConfig:
+        """Framework defaults, then the flow's ``config_decision()``, this step's, and ``use_decision()``."""
+        return resolve_decision_config(
+            [
+                ("Flow", self.flow.config_decision()),
+                ("Step", self.config_decision()),
+                ("use_decision()", self._decision_options),
+            ],
+            self.flow.model_selection(),
+        )
+
+    async def run_logic(self) -> Transition:
+        """Ask the decision provider this step's questions and route on the answers."""
+        return await self.flow._turn().decide(self)

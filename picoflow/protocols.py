@@ -1,0 +1,129 @@
+"""Structural types: what lower modules need of a step, a flow, a worker's view and the turn machinery.
+
+Typing against these instead of importing ``Step``, ``Flow`` or the turn keeps every import pointing down.
+Framework types that would import back into this module (memory, transitions, results) appear as ``Any``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from picoflow.models.registry import ProviderRegistry
+    from picoflow.parallel import ParallelBatchResult, ParallelInvocation
+    from picoflow.session.document import SessionDoc
+
+
+class Named(Protocol):
+    """Anything registered under a name: a step or step class, a flow."""
+
+    id: str
+
+
+class StepLike(Named, Protocol):
+    """A registered step instance, as execution bookkeeping sees it."""
+
+    flow: Any
+
+    def get_state(self, path: str | None = None) -> Any: ...
+
+
+class Worker(Protocol):
+    """One ``run_steps()`` worker: its step instance, its invocation and its state-channel contributions."""
+
+    step: StepLike
+    invocation: ParallelInvocation
+
+    def contribute(self, name: str, value: Any) -> None:
+        """Record a contribution of the worker's step to its state channel ``name``."""
+
+
+class FlowView(Protocol):
+    """How flow and step accessors reach the flow's shared data.
+
+    The flow's own view passes straight through; a ``run_steps()`` worker swaps in an isolated view that
+    reads snapshots, keeps private copies and refuses writes to what it does not own.
+    """
+
+    flow: Any
+    #: The worker this view isolates; None for the flow's own view.
+    worker: Worker | None
+
+    def memory(self) -> Any:
+        """The ``Memory`` container this task reads and writes."""
+
+    def session_doc(self, doc: SessionDoc) -> SessionDoc:
+        """The session document as this task may see it."""
+
+    def step_state(self, step: StepLike, key: str | None) -> Any:
+        """A registered step's state (or one dotted path in it)."""
+
+    def state_owner(self, step: StepLike) -> StepLike:
+        """The instance whose state a write to the registered ``step`` lands on."""
+
+    def forbid(self, message: str) -> None:
+        """Refuse a change to shared data this view does not own (nothing to refuse in the flow's own view)."""
+
+    def record_write(self, step: StepLike, fields: Sequence[str]) -> None:
+        """Check a state write on ``step`` and remember which fields it replaces."""
+
+
+class Runtime(Protocol):
+    """The turn machinery the engine binds onto a flow for one turn; authoring methods delegate to it."""
+
+    #: The session document the turn runs on, never wrapped in a worker's view.
+    doc: SessionDoc
+    providers: ProviderRegistry
+    #: Decision providers (``DecisionProvider``) by the provider name a decision model selection gives.
+    decision_providers: Mapping[str, Any]
+    #: Seconds between attempts of a model or decision call.
+    retry_delay: float
+
+    async def run_model_loop(self, step: Any, user_message: str | None) -> Any:
+        """Drive ``step`` through model calls, tools and transitions until it answers."""
+
+    async def run_child(self, flow: Any, target: Any, user_message: str | None) -> Any:
+        """Run a registered step nested in the executing step's frame and return its output."""
+
+    async def run_steps(self, caller: Any, requests: Sequence[Any], **options: Any) -> ParallelBatchResult:
+        """Run isolated workers concurrently and publish their state at the join."""
+
+    async def decide(self, step: Any) -> Any:
+        """Ask a decision step's provider its questions and return the step's transition."""
+
+    async def checkpoint(self, flow: Any) -> None:
+        """Save the session now, through the engine's save path."""
+
+    async def start_session(self, flow_name: str, message: str | None, config: dict[str, Any]) -> Any:
+        """Run the first turn of a new session in this process and return its ``RunResponse``."""
+
+
+class FlowLike(Named, Protocol):
+    """What a step asks of the flow that owns it."""
+
+    def model_selection(self) -> Any: ...
+
+    def config_llm_call_policy(self) -> dict[str, Any]: ...
+
+    def config_decision(self) -> dict[str, Any]: ...
+
+    def get_context(self, path: str | None = None) -> Any: ...
+
+    def get_memory(self, namespace: str | None = None) -> Any: ...
+
+    def get_conversation(self, namespace: str, max_prior_requests: int = ...) -> Any: ...
+
+    def get_step(self, name: str) -> Any: ...
+
+    def get_session_doc(self) -> SessionDoc: ...
+
+    def get_session_id(self) -> str: ...
+
+    def mark_completed(self) -> None: ...
+
+    def _view(self) -> FlowView:
+        """The view of shared data this task sees."""
+
+    def _turn(self) -> Runtime:
+        """The turn runtime bound for this request."""

@@ -1,0 +1,164 @@
+"""Tool dispatch: validate each tool call's arguments, run its handler, and turn the answer into a route."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+from pydantic import BaseModel, ValidationError
+
+from picoflow.errors import PicoFlowError
+from picoflow.flow import Flow
+from picoflow.messages import ToolMessageEx
+from picoflow.parallel import DirectResult
+from picoflow.step import Step
+from picoflow.tools import argument_model, handling
+from picoflow.transitions import TOOL_VALIDATED, Transition, as_transition
+from picoflow.turn.apply_transition import apply_transition
+from picoflow.validation import validation_problems
+
+
+@dataclass
+class _ToolOutcome:
+    messages: list[BaseMessage] = field(default_factory=list)
+    extra: BaseMessage | None = None
+    finish: bool = False
+    result: DirectResult | None = None
+
+
+async def _call_handler(step: Step, handler: Any, argument: Any, call: dict[str, Any] | None = None) -> Any:
+    with handling(step, call):
+        result = handler(argument)
+        return await result if inspect.isawaitable(result) else result
+
+
+def _handler_route(step: Step, handler: Any, result: Any) -> Transition | None:
+    """A tool handler's answer as a transition; None (no transition) only for None itself."""
+    if result is None:
+        return None
+    transition = as_transition(result)
+    if transition is None:
+        where = f"Tool handler '{type(step).__name__}.{getattr(handler, '__name__', handler)}'"
+        # A TypeScript-style {step, state} object is the usual slip: say what to write instead.
+        raise PicoFlowError(
+            f"{where} returned a {type(result).__name__}; return go(Step), stay(...), direct(...), "
+            "a step class or name, or None (go(Step).with_state({...}) carries state)."
+        )
+    return transition
+
+
+def _group_route(step: Step, method: str, result: Any) -> Transition:
+    where = f"Tool group handler '{type(step).__name__}.{method}'"
+    if result is None:
+        raise PicoFlowError(f"{where} returned None.")
+    if isinstance(result, str) and not result.strip():
+        raise PicoFlowError(f"{where} returned an empty step name.")
+    if isinstance(result, (bool, int, float, list, tuple)):
+        raise PicoFlowError(f"{where} returned an unsupported {type(result).__name__} result.")
+    if isinstance(result, dict) and "step" not in result:
+        raise PicoFlowError(f"{where} returned an object without step.")
+    transition = as_transition(result)
+    if transition is None:
+        raise PicoFlowError(f"{where} returned an object with an invalid step.")
+    return transition
+
+
+async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
+    """Run the handlers for one AI message's tool calls; one tool message per call."""
+    calls = ai.tool_calls
+    outcome = _ToolOutcome()
+    group = step.group_handler({call["name"] for call in calls})
+    if group is not None:
+        checked = [(call, _checked_args(flow, call)) for call in calls]
+        if any(isinstance(args, ValidationError) for _, args in checked):
+            # The group handler owns the whole batch, so nothing runs until every call is valid.
+            for call, args in checked:
+                feedback = (_validation_feedback(call["name"], args) if isinstance(args, ValidationError)
+                            else "Not run: another call in this batch had invalid arguments.")
+                outcome.messages.append(_tool_message(step, call, feedback, status="error"))
+            return outcome
+        validated = [{**call, "args": _as_dict(args)} for call, args in checked]
+        returned = await _call_handler(step, group, validated)
+        if isinstance(returned, DirectResult):
+            outcome.result = _worker_result(flow, step, returned)
+            outcome.messages.extend(_tool_message(step, call, TOOL_VALIDATED) for call in calls)
+            return outcome
+        transition = _group_route(step, group.__name__, returned)
+        await apply_transition(flow, transition)
+        for call in calls:
+            outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
+        outcome.extra, outcome.finish = transition.message, transition.finish
+        return outcome
+
+    exposed = set(step.exposed_tool_names())
+    for call in calls:
+        name = call["name"]
+        if name not in exposed:
+            flow.logger.warn(f"hallucinated tool: {name}", step=step.id)
+            outcome.messages.append(
+                _tool_message(step, call, f"LLM hallucinates a non-existing tool: {name}", status="error")
+            )
+            continue
+        args = _checked_args(flow, call)
+        if isinstance(args, ValidationError):
+            outcome.messages.append(_tool_message(step, call, _validation_feedback(name, args), status="error"))
+            continue
+        handler = step.tool_handler(name)
+        if handler is None:
+            flow.logger.warn(f"missing tool handler: {name}", step=step.id)
+            outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
+            continue
+        returned = await _call_handler(step, handler, _handler_argument(handler, args), call)
+        if isinstance(returned, DirectResult):
+            outcome.result = _worker_result(flow, step, returned)
+            outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
+            continue
+        transition = _handler_route(step, handler, returned)
+        if transition is None:
+            outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
+            continue
+        await apply_transition(flow, transition)
+        outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
+        if transition.message is not None:
+            outcome.extra, outcome.finish = transition.message, transition.finish
+    return outcome
+
+
+def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult:
+    worker = flow._view().worker
+    if worker is None or worker.step is not step:
+        raise PicoFlowError("direct_result() can only be returned by a tool handler of a run_steps() worker.")
+    return result
+
+
+def _checked_args(flow: Flow, call: dict[str, Any]) -> dict[str, Any] | BaseModel | ValidationError:
+    """The call's arguments validated against its tool schema (the model instance), or the validation error."""
+    spec = flow.get_tool(call["name"])
+    raw = call.get("args") or {}
+    if spec is None:
+        return dict(raw)
+    try:
+        return spec.schema.model_validate(raw)
+    except ValidationError as exc:
+        return exc
+
+
+def _as_dict(args: dict[str, Any] | BaseModel) -> dict[str, Any]:
+    return args.model_dump(mode="json") if isinstance(args, BaseModel) else args
+
+
+def _handler_argument(handler: Any, args: dict[str, Any] | BaseModel) -> Any:
+    """A typed handler (``args: Model``) gets the validated model; any other handler its JSON dict."""
+    wanted = argument_model(getattr(handler, "__func__", handler))
+    return args if wanted is not None and isinstance(args, wanted) else _as_dict(args)
+
+
+def _tool_message(step: Step, call: dict[str, Any], content: str, status: str = "success") -> ToolMessageEx:
+    return ToolMessageEx(step, content, call.get("id") or "", name=call["name"], status=status)
+
+
+def _validation_feedback(name: str, exc: ValidationError) -> str:
+    problems = validation_problems(exc, "arguments")
+    return f"Invalid arguments for tool '{name}': {problems}. Call the tool again with corrected arguments."

@@ -1,0 +1,121 @@
+"""The package's import graph has no cycles, and importing the public API never loads the AWS SDK."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "picoflow"
+
+
+def module_files() -> dict[str, Path]:
+    """Every module under ``picoflow/`` by dotted name (a package by its own name)."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Modules of the package that ``name`` imports: at the top, inside functions, or for type checking only."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            # ``from package import module`` depends on the module; ``from module import name`` on the module.
+            targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source
+                       for alias in node.names]
+        else:
+            continue
+        found.update(target for target in targets if target in modules)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_files()
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module, and modules that import themselves."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph[node]:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_graph_is_read_from_every_kind_of_import():
+    graph = import_graph()
+    assert len(graph) > 40
+    # A top-level import, an import inside a function and a type-checking-only import each count as an edge.
+    assert "picoflow.step" in graph["picoflow.flow"]
+    assert {"picoflow.session.memory_store", "picoflow.session.dynamodb_store"} <= graph["picoflow.session.factory"]
+    assert "picoflow.session.document" in graph["picoflow.protocols"]
+
+
+def test_the_cycle_finder_reports_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"d"}, "e": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"], ["d"]]
+
+
+def test_no_module_takes_part_in_an_import_cycle():
+    found = cycles(import_graph())
+    assert not found, "Import cycles inside picoflow/:\n" + "\n".join(" <-> ".join(cycle) for cycle in found)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["import picoflow", "from picoflow import Flow, Step, FlowEngine, MemorySessionStore, SQLiteSessionStore"],
+)
+def test_the_public_api_does_not_load_the_aws_sdk(statement):
+    check = f"import sys\n{statement}\nprint(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_importing_the_package_loads_no_submodule():
+    check = "import sys\nimport picoflow\nprint(sorted(m for m in sys.modules if m.startswith('picoflow.')))"
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
