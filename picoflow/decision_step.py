@@ -59,11 +59,11 @@ class DecisionStep(LogicStep):
         self._decision_options.update(options)
         return self
 
-    def exposed_tool_names(self) -> list[str]:
+    def _exposed_tool_names(self) -> list[str]:
         # The flow asks every step for its tools when it collects the steps: that is where chat-only
         # configuration on a decision step is refused, before any turn runs.
         features = []
-        if self.define_tools() or self.use_tools() or super().exposed_tool_names() or group_handlers(type(self)):
+        if self.define_tools() or self.use_tools() or super()._exposed_tool_names() or group_handlers(type(self)):
             features.append("tools")
         if self.struct_output_schema() is not None:
             features.append("struct_output_schema()")
@@ -74,8 +74,8 @@ class DecisionStep(LogicStep):
             )
         return []
 
-    def new_worker(self, state: dict[str, Any]) -> Step:
-        worker = super().new_worker(state)
+    def _new_worker(self, state: dict[str, Any]) -> Step:
+        worker = super()._new_worker(state)
         assert isinstance(worker, DecisionStep)
         worker._decision_options = dict(self._decision_options)
         return worker

@@ -248,7 +248,7 @@ class FlowEngine:
         doc = opened
         tokens_before = doc.tokens.model_copy()
         try:
-            flow.bind(doc, self._runtime(doc))
+            flow._bind(doc, self._runtime(doc))
             if doc.revision == 0:
                 opener = await flow.get_current_step().on_start()
                 if opener is not None:
@@ -295,7 +295,7 @@ class FlowEngine:
             if turn.config is not None:
                 flow.add_context({"config": turn.config})
             await flow.init()
-            flow.collect_steps()
+            flow._collect_steps()
             self._validate_models(flow)
         except Exception as exc:  # noqa: BLE001 - a flow that cannot be built answers, it never raises
             raise _defect(exc, "FLOW_SETUP_FAILED", FlowSetupError) from exc
@@ -377,7 +377,7 @@ class FlowEngine:
 
     async def _save_session(self, flow: Flow) -> None:
         await self._compact(flow, force=False)
-        doc = flow.write_back()
+        doc = flow._write_back()
         limit = self.session_store.max_document_bytes
         memory = flow.get_memory()
         # Measuring costs a second encoding, so only when forced compaction could shrink the document;
@@ -385,7 +385,7 @@ class FlowEngine:
         if limit and memory.summary_model is not None and memory.summary_namespaces:
             size = self.session_store.stored_size(doc)
             if size > limit * FORCE_COMPACTION_RATIO and await self._compact(flow, force=True):
-                doc = flow.write_back()
+                doc = flow._write_back()
         await self._write(doc)
 
     async def _write(self, doc: SessionDoc) -> None:
@@ -558,7 +558,7 @@ class FlowEngine:
 
 def _new_flow_doc(flow: Flow) -> FlowDoc:
     try:
-        return flow.new_flow_doc()
+        return flow._new_flow_doc()
     except Exception as exc:  # noqa: BLE001 - e.g. an initial step the flow does not define
         raise _defect(exc, "FLOW_SETUP_FAILED", FlowSetupError) from exc
 

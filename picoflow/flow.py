@@ -251,7 +251,7 @@ class Flow:
     def get_tool(self, name: str) -> ToolSpec | None:
         return self._tools.get(name)
 
-    def require_tool(self, name: str) -> ToolSpec:
+    def _require_tool(self, name: str) -> ToolSpec:
         spec = self._tools.get(name)
         if spec is None:
             raise PicoFlowError(f"Tool '{name}' is not defined in flow '{self.id}'.")
@@ -305,7 +305,7 @@ class Flow:
     async def goto(self, target: type[Step] | str) -> Step:
         """Move the durable cursor: ``on_exit`` on the old step, a sequence entry, ``on_enter`` on the new."""
         name = step_name(target)
-        self.ensure_top_level(name)
+        self._ensure_top_level(name)
         step = self.require_step(name)
         if name == self._current:
             return step
@@ -317,7 +317,7 @@ class Flow:
         await step.on_enter()
         return step
 
-    def ensure_top_level(self, target: str) -> None:
+    def _ensure_top_level(self, target: str) -> None:
         """Refuse to route while a nested child executes: only the owning step decides where to go."""
         if not execution_frames(self):
             return
@@ -328,7 +328,7 @@ class Flow:
         self._view().forbid(message)
         raise PicoFlowError(message)
 
-    def extend_sequence(self, items: list[SequenceItem]) -> None:
+    def _extend_sequence(self, items: list[SequenceItem]) -> None:
         """Append nested-execution entries to the sequence trace."""
         self._sequence.extend(items)
 
@@ -337,7 +337,7 @@ class Flow:
 
     # -- runtime plumbing (used by FlowEngine) ---------------------------------------------------
 
-    def collect_steps(self) -> None:
+    def _collect_steps(self) -> None:
         steps: dict[str, Step] = {}
         for step in self.define_steps():
             if step.id in steps:
@@ -353,10 +353,10 @@ class Flow:
             registry[spec.name] = spec
         self._tools = registry
         for step in steps.values():
-            for name in step.exposed_tool_names():
-                self.require_tool(name)
+            for name in step._exposed_tool_names():
+                self._require_tool(name)
 
-    def new_flow_doc(self) -> FlowDoc:
+    def _new_flow_doc(self) -> FlowDoc:
         """The flow object of a brand-new session, with the cursor on the initial step."""
         initial = self.initial_step()
         if initial is None:
@@ -374,7 +374,7 @@ class Flow:
             sequence=[SequenceItem(level=1, step_name=name)],
         )
 
-    def bind(self, doc: SessionDoc, runtime: Runtime | None = None) -> None:
+    def _bind(self, doc: SessionDoc, runtime: Runtime | None = None) -> None:
         """Hydrate this instance from a (loaded or freshly created) session document, for ``runtime``'s turn."""
         self._runtime = runtime
         self._doc = doc
@@ -387,18 +387,18 @@ class Flow:
         for step_doc in flow.steps:
             step = self._steps.get(step_doc.name)
             if step is not None:
-                step.read_doc(step_doc)
+                step._read_doc(step_doc)
         if flow.current_step is not None and flow.current_step not in self._steps:
             raise PicoFlowError(f"Step '{flow.current_step}' is not defined in flow '{self.id}'.")
         self._current = flow.current_step
         self._sequence = [item.model_copy() for item in flow.sequence]
 
-    def write_back(self) -> SessionDoc:
+    def _write_back(self) -> SessionDoc:
         """Copy this instance's state into the session document before it is saved."""
         doc = self.get_session_doc()
         stored_steps = {s.name: s for s in doc.flow.steps}
         for step in self._steps.values():
-            stored_steps[step.id] = step.write_doc()
+            stored_steps[step.id] = step._write_doc()
         doc.flow = FlowDoc(
             name=self.id,
             model=self.model_selection().to_doc(),

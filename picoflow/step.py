@@ -309,14 +309,14 @@ class Step:
 
     # -- tools (runtime) ----------------------------------------------------------------------
 
-    def exposed_tool_names(self) -> list[str]:
+    def _exposed_tool_names(self) -> list[str]:
         names = list(self.use_tools())
         for name in exposed_order(type(self)):
             if name not in names:
                 names.append(name)
         return names
 
-    def tool_handler(self, name: str) -> Any:
+    def _tool_handler(self, name: str) -> Any:
         """The bound handler for one tool: decorated first, then a same-named method, else None."""
         method = decorated_tools(type(self)).get(name)
         if method is not None:
@@ -324,13 +324,13 @@ class Step:
         candidate = getattr(self, name, None)
         return candidate if callable(candidate) and not name.startswith("_") else None
 
-    def group_handler(self, names: set[str]) -> Any:
+    def _group_handler(self, names: set[str]) -> Any:
         method = group_handlers(type(self)).get(frozenset(names))
         return getattr(self, method) if method else None
 
     # -- persistence (runtime) ------------------------------------------------------------------
 
-    def new_worker(self, state: dict[str, Any]) -> Step:
+    def _new_worker(self, state: dict[str, Any]) -> Step:
         """A fresh instance for one parallel invocation, configured like this one, owning ``state``."""
         worker = type(self)(self.flow)
         worker._namespace = self._namespace
@@ -339,12 +339,12 @@ class Step:
         worker._state = state
         return worker
 
-    def read_doc(self, doc: StepDoc) -> None:
+    def _read_doc(self, doc: StepDoc) -> None:
         self._state = copy.deepcopy(doc.state)
         if doc.model is not None and not self.is_logic() and self._model_override is None:
             self._model_override = ModelSelection.from_doc(doc.model)
 
-    def write_doc(self) -> StepDoc:
+    def _write_doc(self) -> StepDoc:
         state = {k: copy.deepcopy(v) for k, v in self._state.items() if k != TRANSIENT_KEY}
         model = None
         if not self.is_logic() and self._model_override is not None:

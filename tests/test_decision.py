@@ -359,8 +359,8 @@ async def test_flow_get_conversation_reads_a_namespace_without_creating_it():
     engine, _ = decision_engine([SupportFlow], ScriptedDecisionProvider([answers()]))
     response = await engine.run("SupportFlow", "Deploys are failing")
     flow = SupportFlow()
-    flow.collect_steps()
-    flow.bind(await engine.session_store.load(response.session))
+    flow._collect_steps()
+    flow._bind(await engine.session_store.load(response.session))
 
     assert flow.get_conversation("IntakeStep").request == "Deploys are failing"
     assert flow.get_conversation("nowhere").request == ""
@@ -615,7 +615,7 @@ async def test_a_timed_out_attempt_is_retried_and_providers_may_classify_their_e
 
 def collected(flow_cls: type[Flow]) -> Flow:
     flow = flow_cls()
-    flow.collect_steps()
+    flow._collect_steps()
     return flow
 
 

@@ -27,7 +27,7 @@ class StateFlow(Flow):
 @pytest.fixture
 def flow() -> StateFlow:
     flow = StateFlow()
-    flow.collect_steps()
+    flow._collect_steps()
     return flow
 
 
@@ -86,7 +86,7 @@ def test_transient_state_is_stripped_from_the_step_document(flow):
     flow.save_transient_step_state(OwnerStep, {"results": [1, 2, 3]})
     assert step.get_transient_state("results") == [1, 2, 3]
     assert flow.get_transient_step_state(OwnerStep, "results") == [1, 2, 3]
-    written = step.write_doc()
+    written = step._write_doc()
     assert "_transient" not in written.state
     assert written.state["kept"] == 1
 

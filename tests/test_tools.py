@@ -61,14 +61,14 @@ class ToolFlow(Flow):
 
 def make_flow(cls: type[Flow] = ToolFlow) -> Flow:
     flow = cls()
-    flow.collect_steps()
+    flow._collect_steps()
     return flow
 
 
 async def test_exposure_is_use_tools_then_decorated_names_base_first():
     flow = make_flow()
     step = flow.require_step(ChildToolStep)
-    assert step.exposed_tool_names() == ["shared", "alpha", "beta", "gamma"]
+    assert step._exposed_tool_names() == ["shared", "alpha", "beta", "gamma"]
     assert {name: flow.get_tool(name) is not None for name in ["shared", "alpha", "gamma", "nope"]} == {
         "shared": True, "alpha": True, "gamma": True, "nope": False,
     }
@@ -76,10 +76,10 @@ async def test_exposure_is_use_tools_then_decorated_names_base_first():
 
 async def test_dispatch_prefers_the_nearest_registration_and_redeclared_methods():
     step = make_flow().require_step(ChildToolStep)
-    assert await step.tool_handler("alpha")({}) == "child-alpha"
-    assert await step.tool_handler("beta")({}) == "child-beta"
-    assert step.tool_handler("shared") is None
-    assert step.tool_handler("nothing") is None
+    assert await step._tool_handler("alpha")({}) == "child-alpha"
+    assert await step._tool_handler("beta")({}) == "child-beta"
+    assert step._tool_handler("shared") is None
+    assert step._tool_handler("nothing") is None
 
 
 def test_flow_and_step_definitions_merge_and_duplicates_are_refused():
@@ -138,8 +138,8 @@ def test_group_handlers_match_the_exact_name_set_in_any_order():
             return "x"
 
     step = GroupStep(make_flow())
-    assert step.group_handler({"a", "b"}).__name__ == "both"
-    assert step.group_handler({"a"}) is None
+    assert step._group_handler({"a", "b"}).__name__ == "both"
+    assert step._group_handler({"a"}) is None
 
 
 def test_tool_spec_needs_a_pydantic_schema_and_describes_itself():

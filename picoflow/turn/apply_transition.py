@@ -14,7 +14,7 @@ async def apply_transition(flow: Flow, transition: Transition) -> Step:
     # A nested child may stay on itself (a tool result fed back to its model) or reply directly (its result);
     # moving the cursor, or finishing the session, belongs to the owning step.
     if transition.finish or target != executing.id:
-        flow.ensure_top_level(target)
+        flow._ensure_top_level(target)
     if transition.finish or not transition.step or transition.step == executing.id:
         destination = executing
     else:

@@ -159,7 +159,7 @@ async def _blocked(flow: Flow, step: Step, selection: ModelSelection, block: Blo
 async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: int) -> ModelOutcome | _Failure:
     runtime = flow._turn()
     model = runtime.providers.chat_model(selection)
-    specs = [flow.require_tool(name) for name in step.exposed_tool_names()]
+    specs = [flow._require_tool(name) for name in step._exposed_tool_names()]
     schema = step.struct_output_schema()
     if schema is not None:
         runnable = model.with_structured_output(schema, include_raw=True)

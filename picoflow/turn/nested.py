@@ -30,7 +30,7 @@ async def run_child(flow: Flow, target: type[Step] | str, user_message: str | No
     child = flow.require_step(target)
     frames = execution_frames(flow)
     check_depth(parallel_settings(flow.config_parallel_execution()), flow.id, len(frames) + 1)
-    flow.extend_sequence([SequenceItem(level=len(frames) + 2, step_name=child.id)])
+    flow._extend_sequence([SequenceItem(level=len(frames) + 2, step_name=child.id)])
     with execution_frame(child):
         await child.on_enter()
         try:

@@ -184,7 +184,7 @@ def _prepare(flow: Flow, requests: list[RunStepRequest], shared: Mapping[str, di
         if request.user_message is not None and not isinstance(request.user_message, str):
             raise ParallelExecutionError(f"The user_message of branch '{key}' must be a string.")
         try:
-            worker = step.new_worker(copy.deepcopy(shared[step.id]))
+            worker = step._new_worker(copy.deepcopy(shared[step.id]))
         except Exception as exc:
             raise ParallelExecutionError(f"Cannot create a worker for step '{step.id}': {exc}") from exc
         branches.append(
@@ -277,7 +277,7 @@ async def _join(
     if parent is not None:
         parent.sequence.extend(sequence)
     else:
-        flow.extend_sequence(sequence)
+        flow._extend_sequence(sequence)
     failure = next((branch.error for branch in branches if _is_framework_failure(branch.error)), None)
     if failure is not None:
         raise failure

@@ -69,7 +69,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
     """Run the handlers for one AI message's tool calls; one tool message per call."""
     calls = ai.tool_calls
     outcome = _ToolOutcome()
-    group = step.group_handler({call["name"] for call in calls})
+    group = step._group_handler({call["name"] for call in calls})
     if group is not None:
         checked = [(call, _checked_args(flow, call)) for call in calls]
         if any(isinstance(args, ValidationError) for _, args in checked):
@@ -92,7 +92,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
         outcome.extra, outcome.finish = transition.message, transition.finish
         return outcome
 
-    exposed = set(step.exposed_tool_names())
+    exposed = set(step._exposed_tool_names())
     for call in calls:
         name = call["name"]
         if name not in exposed:
@@ -105,7 +105,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
         if isinstance(args, ValidationError):
             outcome.messages.append(_tool_message(step, call, _validation_feedback(name, args), status="error"))
             continue
-        handler = step.tool_handler(name)
+        handler = step._tool_handler(name)
         if handler is None:
             flow.logger.warn(f"missing tool handler: {name}", step=step.id)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
