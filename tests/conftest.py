@@ -4,13 +4,17 @@ Any test module can use them:
 
 * ``dynamodb_local`` (session) -> endpoint URL of a running DynamoDB Local;
 * ``dynamodb_local_table`` -> a fresh ``DynamoTable`` on that server;
-* ``moto_dynamodb`` -> a fresh ``DynamoTable`` inside moto's ``mock_aws``.
+* ``moto_dynamodb`` -> a fresh ``DynamoTable`` inside moto's ``mock_aws``;
+* ``wheel`` (session) -> the library's wheel, built from a copy of the sources;
+* ``venv_python`` (session) -> the python of a fresh venv with that wheel installed. It is shared: install
+  anything more into ``tests.support.packaging.overlay_venv(venv_python, ...)`` instead.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import pytest
@@ -26,6 +30,7 @@ from tests.support.dynamodb_local import (
     ensure_jar,
     local_client,
 )
+from tests.support.packaging import build_wheel, make_venv
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +81,15 @@ def moto_dynamodb(aws_credentials: None) -> Iterator[DynamoTable]:
     with mock_aws():
         client = boto3.session.Session().client("dynamodb", region_name=REGION)
         yield create_unique_table(client, None)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The library's wheel, built once per session from a copy of the sources (handlers/ and flows/ included)."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def venv_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel installed, its dependencies from the package registry (about a minute)."""
+    return make_venv(tmp_path_factory.mktemp("venv") / "venv", str(wheel))

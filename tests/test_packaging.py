@@ -1,8 +1,9 @@
 """Packaging: the wheel is the ``picoflow`` library alone; installed, it registers a project's own flows and
 the flow packages named by ``picoflow.flows`` entry points; the function's build ships only the application.
 
-The wheel, venv and function build tests install from the package registry, once per module (about two
-minutes in all).
+The wheel and the venv holding it come from ``tests/conftest.py`` (built once per session and shared with
+``tests/test_scaffold.py``); they and the function build install from the package registry (about two minutes
+in all).
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from cfnlint.decode import cfn_yaml
 
 import picoflow
 from handlers import api
+from tests.support.packaging import ROOT, copy_into, run
 
-ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 DISTRIBUTION = PYPROJECT["project"]["name"]
 BUNDLED_FLOWS = ["BasicFlow", "HomeInsuranceQuoteFlow", "HotelFlow"]
-CACHES = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", ".pytest_cache")
 # Lambda's limit on a function's unzipped code.
 LAMBDA_UNZIPPED_LIMIT = 262_144_000
 
@@ -52,23 +52,6 @@ class {name}(Flow):
 '''
 
 
-def run(command: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600):
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
-
-
-def copy_into(dest: Path, names: list[str]) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, dest / name, ignore=CACHES)
-        else:
-            shutil.copy2(source, dest / name)
-    return dest
-
-
 def files_under(root: Path) -> set[str]:
     return {
         path.relative_to(root).as_posix()
@@ -78,16 +61,6 @@ def files_under(root: Path) -> set[str]:
 
 
 # -- the wheel -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from a copy of the sources, handlers/ and flows/ included, as a checkout has them."""
-    base = tmp_path_factory.mktemp("wheel")
-    source = copy_into(base / "src", ["pyproject.toml", "README.md", "LICENSE", "picoflow", "handlers", "flows"])
-    run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--quiet", "-w", str(base / "dist")])
-    (built,) = (base / "dist").glob("*.whl")
-    return built
 
 
 def test_the_wheel_holds_the_picoflow_package_only(wheel: Path) -> None:
@@ -133,16 +106,6 @@ def test_version_comes_from_the_installed_distribution_or_the_source_tree() -> N
 
 
 # -- installed next to a project of one's own --------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def venv_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel installed (its dependencies from the package registry)."""
-    venv = tmp_path_factory.mktemp("venv") / "venv"
-    run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    python = venv / "bin" / "python"
-    run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-compile", str(wheel)])
-    return python
 
 
 @pytest.fixture(scope="module")

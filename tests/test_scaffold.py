@@ -1,0 +1,302 @@
+"""``picoflow new NAME``: the project it writes, the names it refuses, and the project working end to end.
+
+The end-to-end test installs the wheel's venv (shared with tests/test_packaging.py through tests/conftest.py), then
+the generated project with its [dev] extras from the package registry, into a venv layered over it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from cfnlint.decode import cfn_yaml
+
+import picoflow
+from picoflow.local import scaffold
+from picoflow.local.scaffold import ScaffoldError, create_project, main, project_values
+from tests.support.packaging import overlay_venv, pip_install, run, site_packages
+
+# The longest name allowed: the generated code must stay within the line length with it.
+LONG_NAME = "customer_support-ticket-triage-assistant"
+EXPECTED_FILES = {
+    ".gitignore",
+    "Makefile",
+    "README.md",
+    "events/env.json",
+    "events/run.json",
+    "events/script.json",
+    "flows/__init__.py",
+    "flows/travel_desk/__init__.py",
+    "flows/travel_desk/conversation.json",
+    "handlers/__init__.py",
+    "handlers/api.py",
+    "pyproject.toml",
+    "requirements.txt",
+    "samconfig.toml",
+    "template.yaml",
+    "tests/test_flow.py",
+}
+
+
+def files_under(root: Path) -> set[str]:
+    return {path.relative_to(root).as_posix() for path in root.rglob("*") if path.is_file()}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return create_project("travel-desk", tmp_path_factory.mktemp("new"))
+
+
+# -- what it writes --------------------------------------------------------------------------------------
+
+
+def test_names_derive_the_package_flow_and_stack() -> None:
+    assert project_values("travel-desk") | {"picoflow_version": ""} == {
+        "project": "travel-desk",
+        "package": "travel_desk",
+        "flow": "TravelDeskFlow",
+        "stack": "travel-desk",
+        "picoflow_version": "",
+    }
+    assert project_values("my_bot")["stack"] == "my-bot"
+    assert project_values("Bot2")["package"] == "bot2"
+    assert project_values("ticketFlow")["flow"] == "TicketFlow"
+    assert project_values("flow")["flow"] == "FlowFlow"
+
+
+def test_the_project_has_every_file_and_no_placeholder_left(project: Path) -> None:
+    assert project.name == "travel-desk"
+    assert files_under(project) == EXPECTED_FILES
+    for name in EXPECTED_FILES:
+        assert "{{" not in (project / name).read_text(encoding="utf-8"), name
+    assert (project / "handlers/api.py").read_text() == (
+        'from picoflow.aws.api import app, lambda_handler\n\n__all__ = ["app", "lambda_handler"]\n'
+    )
+
+
+def test_pyproject_requires_this_picoflow_version_or_newer(project: Path) -> None:
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    assert meta["name"] == "travel-desk"
+    assert meta["requires-python"] == ">=3.11"
+    assert meta["dependencies"] == [f"picoflow-aws>={picoflow.__version__}"]
+    dev = {re.split(r"[\[>=<]", requirement)[0] for requirement in meta["optional-dependencies"]["dev"]}
+    assert dev == {"pytest", "pytest-asyncio", "moto", "ruff"}
+    assert (project / "requirements.txt").read_text().split() == meta["dependencies"]
+
+
+def test_a_local_version_label_is_left_out_of_the_requirement(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scaffold, "__version__", "0.3.0+g1234abc")
+    assert project_values("travel-desk")["picoflow_version"] == "0.3.0"
+
+
+def test_the_conversation_is_in_the_demo_format(project: Path) -> None:
+    conversation = json.loads((project / "flows/travel_desk/conversation.json").read_text())
+    assert conversation["flow"] == "TravelDeskFlow"
+    assert isinstance(conversation["config"], dict)
+    assert [set(turn) for turn in conversation["turns"]] == [{"user", "replies"}] * 2
+    assert "class TravelDeskFlow(Flow):" in (project / "flows/travel_desk/__init__.py").read_text()
+    replies = [reply for turn in conversation["turns"] for reply in turn["replies"]]
+    assert [call["name"] for reply in replies for call in reply.get("tool_calls", [])] == ["save_name"]
+
+
+def test_the_makefile_runs_the_demo_and_the_tests(project: Path) -> None:
+    makefile = (project / "Makefile").read_text()
+    assert "-m picoflow.local.demo --flow TravelDeskFlow --flows flows" in makefile
+    assert re.search(r"^run: \$\(STAMP\)$", makefile, re.MULTILINE)
+    assert re.search(r"^test: \$\(STAMP\)\n\t\$\(PY\) -m ruff check \.\n\t\$\(PY\) -m pytest$", makefile, re.MULTILINE)
+    assert "-e '.[dev]'" in makefile
+    assert "sam build && sam deploy --guided" in (project / "README.md").read_text()
+
+
+def test_the_sam_template_deploys_the_handler_and_a_retained_sessions_table(project: Path) -> None:
+    template = cfn_yaml.load(str(project / "template.yaml"))
+    resources = template["Resources"]
+    assert [r["Type"] for r in resources.values()].count("AWS::Serverless::HttpApi") == 1
+    (function,) = [r for r in resources.values() if r["Type"] == "AWS::Serverless::Function"]
+    props = function["Properties"]
+    assert props["Handler"] == "handlers.api.lambda_handler"
+    assert props["Environment"]["Variables"]["PICOFLOW_FLOWS"] == "flows"
+    table = resources[props["Environment"]["Variables"]["SESSION_TABLE"]["Ref"]]
+    assert table["Type"] == "AWS::DynamoDB::Table"
+    assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Retain"
+    assert table["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "expiresAt", "Enabled": True}
+    # sam local only overrides the variables the template declares.
+    local = json.loads((project / "events/env.json").read_text())
+    assert set(local) == {"ApiFunction"} and set(local["ApiFunction"]) <= set(props["Environment"]["Variables"])
+    assert set(resources) >= set(local)
+    event = json.loads((project / "events/run.json").read_text())
+    assert event["routeKey"] == "POST /ai/run" and json.loads(event["body"])["flowName"] == "TravelDeskFlow"
+    samconfig = tomllib.loads((project / "samconfig.toml").read_text())["default"]
+    assert samconfig["global"]["parameters"]["stack_name"] == "travel-desk"
+    assert samconfig["local_invoke"]["parameters"]["env_vars"] == "events/env.json"
+
+
+def test_the_generated_template_passes_cfn_lint(project: Path) -> None:
+    cfn_lint = Path(sys.executable).with_name("cfn-lint")
+    result = subprocess.run([str(cfn_lint), "template.yaml"], cwd=project, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_generated_python_compiles_and_is_ruff_clean(tmp_path: Path) -> None:
+    # The longest allowed name makes the longest lines.
+    long = create_project(LONG_NAME, tmp_path)
+    sources = sorted(long.rglob("*.py"))
+    assert len(sources) == 5
+    for source in sources:
+        py_compile.compile(str(source), cfile=str(tmp_path / "compiled.pyc"), doraise=True)
+    # Run in the project, so ruff reads the project's own settings and sees flows/ and handlers/ as its own code.
+    ruff = [sys.executable, "-m", "ruff", "check", "--no-cache", "."]
+    result = subprocess.run(ruff, cwd=long, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- what it refuses -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "1st", "travel desk", "travel--desk", "-travel", "travel-", "travel.desk", "../travel", "réservation",
+     "class", "picoflow-aws", "picoflow", "x" * 41],
+)
+def test_invalid_names_are_refused_before_anything_is_written(name: str, tmp_path: Path) -> None:
+    with pytest.raises(ScaffoldError, match="name|keyword|PicoFlow library"):
+        create_project(name, tmp_path / "parent")
+    assert not (tmp_path / "parent").exists()
+
+
+def test_a_non_empty_directory_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "travel-desk").mkdir()
+    (tmp_path / "travel-desk" / "Makefile").write_text("mine")
+    with pytest.raises(ScaffoldError, match="not an empty directory"):
+        create_project("travel-desk", tmp_path)
+    assert files_under(tmp_path / "travel-desk") == {"Makefile"}
+    assert (tmp_path / "travel-desk" / "Makefile").read_text() == "mine"
+
+    (tmp_path / "other").write_text("a file")
+    with pytest.raises(ScaffoldError, match="not an empty directory"):
+        create_project("other", tmp_path)
+
+
+def test_an_empty_directory_and_a_missing_parent_are_fine(tmp_path: Path) -> None:
+    (tmp_path / "travel-desk").mkdir()
+    assert files_under(create_project("travel-desk", tmp_path)) == EXPECTED_FILES
+    assert files_under(create_project("travel-desk", tmp_path / "a" / "b")) == EXPECTED_FILES
+
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def test_main_creates_the_project_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["travel-desk"]) == 0
+    assert files_under(tmp_path / "travel-desk") == EXPECTED_FILES
+    out = capsys.readouterr().out
+    assert "TravelDeskFlow" in out and "make run" in out and "make test" in out
+
+    assert main(["travel-desk"]) == 2
+    assert "not an empty directory" in capsys.readouterr().err
+
+
+def test_main_takes_a_parent_directory_and_reports_a_bad_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ops-bot", "--dir", str(tmp_path / "projects")]) == 0
+    assert (tmp_path / "projects" / "ops-bot" / "flows" / "ops_bot" / "__init__.py").is_file()
+    assert main(["ops bot", "--dir", str(tmp_path)]) == 2
+    assert "picoflow new: error: 'ops bot' is not a valid project name" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("")
+    assert main(["ops-bot", "--dir", str(tmp_path / "a-file")]) == 1
+    assert "Not a directory" in capsys.readouterr().err
+
+
+# -- end to end: the installed library makes a project that passes its own tests and runs its demo ----------------
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    """The environment of a user's shell: nothing of this test run (no PYTHONPATH, no AWS settings)."""
+    path = os.environ.get("PATH", "/usr/bin:/bin")
+    return {"PATH": path, "HOME": str(home), "PYTHONNOUSERSITE": "1", "LANG": "C.UTF-8"}
+
+
+def make_command(make: str, target: str, python: Path) -> list[str]:
+    """``make TARGET`` in the project, on the venv of ``python`` rather than the project's own .venv."""
+    return [make, "--no-print-directory", target, f"VENV={python.parent.parent}"]
+
+
+@pytest.fixture(scope="module")
+def make() -> str:
+    found = shutil.which("make")
+    if found is None:
+        reason = "make is not installed: the generated project's Makefile cannot run"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    return found
+
+
+@pytest.fixture(scope="module")
+def installed_project(venv_python: Path, wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A project made by the installed library's ``picoflow new`` and installed with its [dev] extras."""
+    base = tmp_path_factory.mktemp("e2e")
+    python = overlay_venv(venv_python, base / "venv")
+    new = [str(python), "-m", "picoflow.local.scaffold", "travel-desk", "--dir", str(base)]
+    run(new, cwd=base, env=clean_env(base))
+    project = base / "travel-desk"
+    # picoflow-aws is satisfied by the wheel already installed underneath; the rest comes from the registry.
+    pip_install(python, "--find-links", str(wheel.parent), "-e", f"{project}[dev]")
+    # The Makefile's install step is done: with its stamp newer than pyproject.toml, make goes straight to work.
+    (base / "venv" / ".installed").touch()
+    return python, project
+
+
+def test_the_project_comes_from_the_installed_wheel(installed_project: tuple[Path, Path], venv_python: Path) -> None:
+    python, project = installed_project
+    # handlers/api.py re-exports picoflow.aws.api, so importing it checks that the wheel has that module.
+    probe = "import picoflow, flows, handlers.api as api; print(picoflow.__file__, flows.__file__, api.__file__)"
+    result = run([str(python), "-c", probe], cwd=project.parent, env=clean_env(project))
+    library, flows, handlers = result.stdout.split()
+    assert Path(library).is_relative_to(site_packages(venv_python))
+    assert Path(flows).is_relative_to(project) and Path(handlers).is_relative_to(project)
+
+
+def test_make_test_passes_in_the_new_project(installed_project: tuple[Path, Path], make: str) -> None:
+    python, project = installed_project
+    result = run(make_command(make, "test", python), cwd=project, env=clean_env(project))
+    assert "All checks passed!" in result.stdout
+    assert re.search(r"\b3 passed\b", result.stdout), result.stdout[-3000:]
+
+
+def test_make_run_replays_the_conversation_offline(installed_project: tuple[Path, Path], make: str) -> None:
+    python, project = installed_project
+    result = run(make_command(make, "run", python), cwd=project, env=clean_env(project))
+    assert "bot > Hello! I'm the travel-desk assistant." in result.stdout
+    assert "bot > Nice to meet you, Ada!" in result.stdout
+    assert "(session completed)" in result.stdout
+    assert "currentStep=AnswerStep" in result.stdout
+
+
+def test_the_sample_event_runs_through_the_handler_as_sam_local_would(installed_project: tuple[Path, Path]) -> None:
+    python, project = installed_project
+    code = (
+        "import json, os\n"
+        "os.environ.update(json.load(open('events/env.json'))['ApiFunction'])\n"
+        "from picoflow.aws.apigw import FakeLambdaContext\n"
+        "from handlers.api import lambda_handler\n"
+        "response = lambda_handler(json.load(open('events/run.json')), FakeLambdaContext())\n"
+        "print('RESPONSE', json.dumps(response))\n"
+    )
+    result = run([str(python), "-c", code], cwd=project, env={**clean_env(project), "AWS_DEFAULT_REGION": "us-east-1"})
+    response = json.loads(result.stdout.split("RESPONSE ", 1)[1])
+    assert response["statusCode"] == 200, response
+    script = json.loads((project / "events/script.json").read_text())
+    assert json.loads(response["body"])["message"] == script[0]["content"]
