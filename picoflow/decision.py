@@ -40,7 +40,7 @@ DEFAULT_DECISION_TIMEOUT_MS = 30_000
 
 
 class _Question(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     instructions: str | None = None
 
@@ -90,7 +90,7 @@ Question = Choice | Score | Noul
 
 class _Answer(BaseModel):
     # Strict, so that a provider's "0.7" or true is reported instead of silently coerced.
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, defer_build=True)
 
 
 class ChoiceAnswer(_Answer):
@@ -299,7 +299,7 @@ class DecisionConfig(BaseModel):
     total); ``timeout_ms`` limits each attempt, and ``None`` leaves only the turn's own deadline.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     model: ModelSelection | None = None
     max_retries: int = Field(default=DEFAULT_DECISION_MAX_RETRIES, ge=0, strict=True)
