@@ -172,7 +172,9 @@ def openapi_schema() -> dict[str, Any]:
 
 @app.exception_handler(RequestValidationError)
 def refuse_invalid(error: RequestValidationError) -> Response:
-    return _refuse(refusal(error.errors()))
+    # Powertools reads form and multipart bodies too; their fields never make a valid turn.
+    content_type = app.current_event.headers.get("content-type") or JSON
+    return _refuse(refusal(error.errors()) if content_type.startswith(JSON) else NOT_JSON)
 
 
 @app.exception_handler(RequestUnsupportedContentType)

@@ -10,6 +10,7 @@ from types import ModuleType
 
 from picoflow import Flow
 
+FLOWS_VARIABLE = "PICOFLOW_FLOWS"
 DEFAULT_FLOW_MODULES = "flows"
 ENTRY_POINT_GROUP = "picoflow.flows"
 

@@ -11,7 +11,7 @@ import os
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.openapi.params import Header
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
 from picoflow.aws.headers import SESSION_HEADER, SESSION_HEADER_SPELLINGS, NoHeader
@@ -62,8 +62,6 @@ def _shallow_enough(value: dict[str, Any]) -> dict[str, Any]:
 
 class RunRequest(BaseModel):
     """The body of ``POST /ai/run``: one turn of the flow ``flowName``."""
-
-    model_config = ConfigDict(populate_by_name=True)
 
     flow_name: Annotated[str, AfterValidator(_not_blank)] = Field(
         alias="flowName", min_length=1, description="A registered flow, see GET /ai/flows."

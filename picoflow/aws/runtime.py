@@ -15,7 +15,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from picoflow import FlowEngine
-from picoflow.aws.discovery import load_flows
+from picoflow.aws.discovery import FLOWS_VARIABLE, load_flows
 from picoflow.aws.observability import logger
 from picoflow.models.factory import default_registry
 from picoflow.session.store import store_from_env
@@ -73,7 +73,7 @@ def build_engine(environ: Mapping[str, str] | None = None) -> FlowEngine:
         key = read_openai_key(env["OPENAI_API_KEY_PARAMETER"])
         if key:
             env["OPENAI_API_KEY"] = key
-    flows = load_flows(env.get("PICOFLOW_FLOWS"))
+    flows = load_flows(env.get(FLOWS_VARIABLE))
     engine = FlowEngine(flows=flows, session_store=store_from_env(env), providers=default_registry(env))
     logger.info("Engine ready", extra={"flows": engine.get_flow_names(), "store": type(engine.session_store).__name__})
     return engine

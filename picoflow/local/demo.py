@@ -23,15 +23,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from picoflow.aws.discovery import flow_module_names
+from picoflow.aws.discovery import DEFAULT_FLOW_MODULES, FLOWS_VARIABLE, flow_module_names
 from picoflow.aws.headers import JSON
-from picoflow.local.project import (
-    DEFAULT_FLOWS,
-    DEFAULT_HANDLER,
-    FLOWS_VARIABLE,
-    default_flows,
-    use_working_directory,
-)
+from picoflow.local.project import DEFAULT_HANDLER, default_flows, use_working_directory
 
 CONVERSATION_FILE = "conversation.json"
 
@@ -165,7 +159,7 @@ def _serve_command(sqlite_path: Path, flows: str, handler: str) -> str:
         program = shlex.quote(os.path.relpath(script) if script.is_relative_to(Path.cwd()) else str(script))
     else:
         program = f"{shlex.quote(sys.executable)} -m picoflow.local.cli"
-    options = "" if flows == DEFAULT_FLOWS else f" --flows {shlex.quote(flows)}"
+    options = "" if flows == DEFAULT_FLOW_MODULES else f" --flows {shlex.quote(flows)}"
     options += "" if handler == DEFAULT_HANDLER else f" --handler {shlex.quote(handler)}"
     return f"SESSION_STORE=SQLITE SQLITE_PATH={shlex.quote(str(sqlite_path))} {program} serve{options} --port 8000"
 

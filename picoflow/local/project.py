@@ -12,11 +12,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from picoflow.aws.discovery import DEFAULT_FLOW_MODULES, FLOWS_VARIABLE
+
 LambdaHandler = Callable[[dict[str, Any], Any], Any]
 
 DEFAULT_HANDLER = "handlers.api:lambda_handler"
-FLOWS_VARIABLE = "PICOFLOW_FLOWS"
-DEFAULT_FLOWS = "flows"
 
 
 def use_working_directory() -> None:
@@ -27,7 +27,7 @@ def use_working_directory() -> None:
 
 def default_flows() -> str:
     """The flow modules a tool uses unless told otherwise: ``PICOFLOW_FLOWS``, else ``flows``."""
-    return os.environ.get(FLOWS_VARIABLE) or DEFAULT_FLOWS
+    return os.environ.get(FLOWS_VARIABLE) or DEFAULT_FLOW_MODULES
 
 
 def load_handler(spec: str | LambdaHandler = DEFAULT_HANDLER) -> LambdaHandler:

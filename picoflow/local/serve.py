@@ -20,9 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.aws.discovery import FLOWS_VARIABLE
 from picoflow.aws.headers import JSON
 from picoflow.local.inspector import Inspector, session_reader
-from picoflow.local.project import DEFAULT_HANDLER, FLOWS_VARIABLE, LambdaHandler, load_handler
+from picoflow.local.project import DEFAULT_HANDLER, LambdaHandler, load_handler
 
 # API Gateway refuses request payloads above 10 MB before invoking the integration.
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
