@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m picoflow.local.demo --flow $(FLOW) $(if $(SERVE),--serve)
+	$(PY) -m picoflow.local.demo --flow $(FLOW) $(if $(FLOWS),--flows $(FLOWS)) $(if $(SERVE),--serve)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

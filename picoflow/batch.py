@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from picoflow.results import RunResponse
+from picoflow.wire import JSON, PLAIN_TEXT, requested_session
 
 #: ``invoke(flow_name, message, config)`` runs one new session and returns its first response.
 BatchInvoker = Callable[[str, "str | None", dict[str, Any]], Awaitable[RunResponse]]
@@ -32,7 +33,7 @@ def http_invoker(run_url: str, *, timeout: float = 30.0) -> BatchInvoker:
 
 def _post(url: str, body: dict[str, Any], timeout: float) -> RunResponse:
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode("utf-8"), method="POST", headers={"Content-Type": "application/json"}
+        url, data=json.dumps(body).encode("utf-8"), method="POST", headers={"Content-Type": JSON}
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 - the caller's own API
@@ -48,13 +49,13 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> RunResponse:
 
 def _as_response(status: int, headers: Any, payload: bytes) -> RunResponse:
     content_type = (headers.get("Content-Type") or "").split(";")[0].strip()
-    session = headers.get("CHAT_SESSION_ID") or headers.get("chat-session-id") or ""
+    session = requested_session(dict(headers.items())) or ""
     text = payload.decode("utf-8", errors="replace")
-    if content_type != "application/json":
+    if content_type != JSON:
         # A flow answering in another content type returns its raw message, not the envelope.
         return RunResponse(
             success=200 <= status < 300, completed=False, message=text, session=session,
-            content_type=content_type or "text/plain", status_code=status,
+            content_type=content_type or PLAIN_TEXT, status_code=status,
         )
     envelope = json.loads(text or "{}")
     return RunResponse(
@@ -62,7 +63,7 @@ def _as_response(status: int, headers: Any, payload: bytes) -> RunResponse:
         completed=bool(envelope.get("completed")),
         message=envelope.get("message", ""),
         session=envelope.get("session") or session,
-        content_type=envelope.get("contentType") or "text/plain",
+        content_type=envelope.get("contentType") or PLAIN_TEXT,
         error_code=envelope.get("code"),
         status_code=status,
     )

@@ -222,7 +222,9 @@ class FlowEngine:
             raise BadRequestError("The session id must be 1-128 letters, digits, '_' or '-'.")
         if caller is not None and not isinstance(caller, str):
             raise BadRequestError("The caller must be a string.")
-        turn = _Turn(flow_name, user_message or "", session_id or None, config, request_id, caller or None)
+        # Whitespace alone is no message: chat services refuse a user turn without text.
+        message = user_message if user_message and user_message.strip() else ""
+        turn = _Turn(flow_name, message, session_id or None, config, request_id, caller or None)
         if key is None:
             return turn
         if not isinstance(key, str) or not key:

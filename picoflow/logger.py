@@ -1,11 +1,17 @@
-"""SessionLogger: structured diagnostic entries kept inside the session document."""
+"""Logging: the library's operational log, and SessionLogger for entries kept inside the session document."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
 from picoflow.session.document import LogEntry, SessionDoc, format_timestamp
+
+LIBRARY_LOGGER_NAME = "picoflow"
+#: The library's own log lines (codes, timings, never conversation text): a standard ``logging`` logger,
+#: which an adapter formats (``picoflow.aws`` gives it the Lambda function's JSON format and keys).
+library_log = logging.getLogger(LIBRARY_LOGGER_NAME)
 
 
 class SessionLogger:

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from picoflow.session.document import TokenUsage
-from picoflow.transitions import PLAIN_TEXT
+from picoflow.wire import PLAIN_TEXT
 
 
 class RunResponse(BaseModel):

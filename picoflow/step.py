@@ -33,7 +33,8 @@ from picoflow.recovery import (
 from picoflow.session.document import StepDoc, format_timestamp, validate_namespace
 from picoflow.state import deep_merge, read_path
 from picoflow.tools import ToolSpec, decorated_tools, exposed_order, group_handlers, handled_tool_call, typed_tool_specs
-from picoflow.transitions import PLAIN_TEXT, Transition, go
+from picoflow.transitions import Transition, go
+from picoflow.wire import PLAIN_TEXT
 
 if TYPE_CHECKING:
     from langchain_core.messages import AIMessage

@@ -13,7 +13,6 @@ from picoflow.protocols import Named
 from picoflow.tools import handling_step
 
 TOOL_VALIDATED = "input validated"
-PLAIN_TEXT = "text/plain"
 
 
 @dataclass(frozen=True)

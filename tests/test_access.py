@@ -14,6 +14,8 @@ import pytest
 
 import handlers.api as api
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
+from picoflow.aws import cors
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from tests.support import echo_flows
 from tests.support.engine import scripted_engine, text
@@ -29,7 +31,7 @@ class Caller:
         path = self.tmp_path / "script.json"
         path.write_text(json.dumps([{"content": reply} for reply in replies]))
         self.monkeypatch.setenv("PICOFLOW_SCRIPT", str(path))
-        self.monkeypatch.setattr(api, "_runtime", None)
+        self.monkeypatch.setattr(aws_runtime, "_runtime", None)
 
     def post(self, path: str, body: Any = None, *, session: str | None = None, claims: dict | None = None,
              key: str | None = None) -> tuple[int, dict[str, str], Any]:
@@ -49,7 +51,7 @@ class Caller:
         return self.post("/ai/end", session=session, **kwargs)
 
     def model_inputs(self) -> str:
-        return str(api.get_engine().providers.override.calls[-1])
+        return str(aws_runtime.get_engine().providers.override.calls[-1])
 
     def stored(self, session: str) -> dict | None:
         return self.table.client.get_item(TableName=self.table.name, Key={"id": {"S": session}}).get("Item")
@@ -62,10 +64,10 @@ def caller(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Caller]:
     monkeypatch.setenv("PICOFLOW_FLOWS", echo_flows.__name__)
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL", "PICOFLOW_PRINCIPAL_CLAIM"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(api, "_runtime", None)
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
     yield Caller(moto_dynamodb, tmp_path, monkeypatch)
-    if api._runtime is not None:
-        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
 
 ALICE = {"sub": "alice-123", "email": "alice@example.com"}
@@ -203,8 +205,8 @@ async def test_a_flow_may_accept_the_private_keys_it_lists():
 
 
 def test_cors_preflight_and_exposed_headers_when_an_origin_is_allowed(monkeypatch):
-    config = api.cors_config({"CORS_ALLOW_ORIGIN": "https://app.example.com, http://localhost:5173"})
-    assert config is not None and api.cors_config({}) is None
+    config = cors.cors_config({"CORS_ALLOW_ORIGIN": "https://app.example.com, http://localhost:5173"})
+    assert config is not None and cors.cors_config({}) is None
     assert config._allowed_origins == ["https://app.example.com", "http://localhost:5173"]
     assert {"chat_session_id", "idempotent-replayed", "retry-after"} <= set(config.expose_headers)
     assert {"chat_session_id", "idempotency-key", "content-type", "authorization"} <= set(config.allow_headers)

@@ -100,6 +100,18 @@ async def test_unknown_flow_and_bad_input_are_failures_not_exceptions():
     assert bad_id.status_code == 400 and bad_id.error_code == "BAD_REQUEST"
 
 
+async def test_a_message_of_whitespace_only_is_no_message():
+    engine, provider = scripted_engine([OtherFlow], [text("Hello."), text("Still here.")])
+    first = await engine.run("OtherFlow", "hi")
+    second = await engine.run("OtherFlow", " \r\n\t", session_id=first.session)
+    assert second.success and second.message == "Still here."
+    # The model saw no blank user turn (chat services refuse one), and none was stored.
+    assert [message.content for message in provider.calls[1] if isinstance(message, HumanMessage)][-1] == "hi"
+    doc = await engine.session_store.load(first.session)
+    stored = [m for namespace in doc.flow.memory.values() for m in namespace.messages if m.type == "human"]
+    assert stored and all(m.content.strip() for m in stored)
+
+
 async def test_context_is_fixed_at_creation_and_transient_state_is_gone_next_turn():
     engine, model = scripted_engine(
         [ContextFlow], [call(("remember", {"note": "blue"})), text("noted it"), text("second turn")]

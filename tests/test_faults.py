@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 import handlers.api as api
+from picoflow.aws import deadline
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.errors import public_message
 from picoflow.models.scripted import ScriptedProvider
@@ -70,7 +72,7 @@ class Lambda:
         return Reply(result["statusCode"], json.loads(result["body"]), elapsed, headers, context.aws_request_id)
 
     def model_calls(self) -> int:
-        provider = api.get_engine().providers.override
+        provider = aws_runtime.get_engine().providers.override
         assert isinstance(provider, ScriptedProvider)
         return len(provider.calls)
 
@@ -112,12 +114,12 @@ def start_lambda(aws_credentials: None, monkeypatch: pytest.MonkeyPatch, tmp_pat
         monkeypatch.setenv("PICOFLOW_SCRIPT", str(path))
         for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_MAX_MESSAGE_CHARS"):
             monkeypatch.delenv(name, raising=False)
-        monkeypatch.setattr(api, "_runtime", None)
+        monkeypatch.setattr(aws_runtime, "_runtime", None)
         return Lambda(table)
 
     yield start
-    if api._runtime is not None:
-        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
 
 def assert_failure(reply: Reply, status: int, code: str) -> None:
@@ -171,9 +173,9 @@ def test_model_slower_than_the_turn_deadline_fails_cleanly_and_keeps_the_session
     session = lam.run("hello").body["session"]
     before = lam.item(session)
 
-    # The handler keeps api.DEADLINE_MARGIN_SECONDS of the Lambda's time back; the model call gets the rest.
+    # The handler keeps deadline.DEADLINE_MARGIN_SECONDS of the Lambda's time back; the model call gets the rest.
     model_budget = 2.0
-    lambda_timeout = api.DEADLINE_MARGIN_SECONDS + model_budget
+    lambda_timeout = deadline.DEADLINE_MARGIN_SECONDS + model_budget
     reply = lam.run("slow one", session, timeout_ms=int(lambda_timeout * 1000))
 
     assert_failure(reply, 504, "TURN_DEADLINE")
@@ -344,7 +346,7 @@ def test_lambda_about_to_time_out_refuses_the_turn_at_once(
     calls_before = lam.model_calls()
 
     # Less time left than the handler keeps back for the final save and the response.
-    reply = lam.run("hi", session, timeout_ms=int(api.DEADLINE_MARGIN_SECONDS * 1000) - 500)
+    reply = lam.run("hi", session, timeout_ms=int(deadline.DEADLINE_MARGIN_SECONDS * 1000) - 500)
 
     assert_failure(reply, 504, "TURN_DEADLINE")
     assert reply.elapsed < 0.5

@@ -23,6 +23,7 @@ from flows.basic.common import ABRUPT_END, ADDRESS_END, parse_json_object
 from flows.basic.concurrent import ConcurStep4
 from flows.basic.validators import InvalidInput, check_birth_date, check_full_name, parse_address
 from picoflow import DynamoDBSessionStore, FlowEngine, MemorySessionStore, SessionDoc
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.messages import message_step
 from picoflow.models.registry import ProviderRegistry
@@ -101,7 +102,7 @@ class BasicFlowClient:
 
     @property
     def model(self) -> ScriptedProvider:
-        return api.get_engine().providers.override
+        return aws_runtime.get_engine().providers.override
 
 
 @pytest.fixture
@@ -115,12 +116,12 @@ def basic_client(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Callable[[lis
         monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
         for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL"):
             monkeypatch.delenv(name, raising=False)
-        monkeypatch.setattr(api, "_runtime", None)
+        monkeypatch.setattr(aws_runtime, "_runtime", None)
         return BasicFlowClient(moto_dynamodb)
 
     yield start
-    if api._runtime is not None:
-        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
 
 def _state(doc: SessionDoc, step: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from flows.home_insurance.rating import QuoteConfig, load_quote_config, quote_id
 from flows.home_insurance.records import QuoteApplication, QuoteResult
 from flows.home_insurance.steps import CONTACT_OPENER, PRESENT_OPENER, REFERRAL_OPENER, REVIEW_OPENER
 from picoflow import DynamoDBSessionStore, SessionDoc
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.compaction import build_summary_request
 from picoflow.models.scripted import ScriptedProvider
@@ -84,7 +85,7 @@ class Client:
 
     @property
     def provider(self) -> ScriptedProvider:
-        return api._runtime.engine.providers.override
+        return aws_runtime._runtime.engine.providers.override
 
     def count(self) -> int:
         return len(self.table.client.scan(TableName=self.table.name, ConsistentRead=True)["Items"])
@@ -103,12 +104,12 @@ def handler(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Any]:
         monkeypatch.setenv("PICOFLOW_SCRIPT", str(path))
         for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL"):
             monkeypatch.delenv(name, raising=False)
-        monkeypatch.setattr(api, "_runtime", None)
+        monkeypatch.setattr(aws_runtime, "_runtime", None)
         return Client(moto_dynamodb)
 
     yield build
-    if api._runtime is not None:
-        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
 
 def state(doc: SessionDoc, step: str, key: str | None = None) -> Any:

@@ -17,6 +17,7 @@ from flows.hotel import HotelFlow, catalog, chart
 from flows.hotel.pricing import holidays, nightly_price, quote
 from flows.hotel.steps import ExploreStep
 from picoflow import FlowEngine, MemorySessionStore
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.compaction import SUMMARY_MESSAGE_PREFIX
 from picoflow.messages import message_step
@@ -299,8 +300,8 @@ def turns(moto_dynamodb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL", "HOTEL_FLOW_CURRENT_DATE"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(api, "_runtime", None)
-    runtime = api._get_runtime()
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
+    runtime = aws_runtime.get_runtime()
     provider = runtime.engine.providers.override
     results: list[Turn] = []
     session = None

@@ -19,6 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import handlers.api as api
+from picoflow import wire
+from picoflow.aws import api as aws_api
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from tests.support import echo_flows
 from tests.support.dynamodb_local import DynamoTable
@@ -36,10 +39,13 @@ FUZZ = settings(
 
 # -- strategies from the OpenAPI document ----------------------------------------------------------
 
-SCHEMA = api.openapi_schema()
+SCHEMA = aws_api.openapi_schema()
 RUN = SCHEMA["paths"]["/ai/run"]["post"]
-BODY_SCHEMA = RUN["requestBody"]["content"]["application/json"]["schema"]
+BODY_REF = RUN["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+BODY_SCHEMA = SCHEMA["components"]["schemas"][BODY_REF.rsplit("/", 1)[-1]]
+# Powertools publishes header parameters under their lower-cased names (header names are case-insensitive).
 HEADER_SCHEMAS = {parameter["name"]: parameter["schema"] for parameter in RUN["parameters"]}
+SESSION_PARAMETER, IDEMPOTENCY_PARAMETER = wire.SESSION_HEADER.lower(), wire.IDEMPOTENCY_HEADER.lower()
 
 LONE_SURROGATES = ["\ud800", "\udfff", "a\udc00b"]
 ODD_TEXT = [
@@ -122,14 +128,14 @@ def run_bodies(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def session_ids(draw: st.DrawFn) -> str:
-    good = from_schema(HEADER_SCHEMAS[api.SESSION_HEADER])
+    good = from_schema(HEADER_SCHEMAS[SESSION_PARAMETER])
     bad = st.sampled_from(["", "../x", "a/b", "a b", "ａｂｃ", "séance", "a" * 129, "x\n", "%2e%2e", "abc,def"])
     return draw(good | bad | odd_text)
 
 
 @st.composite
 def idempotency_keys(draw: st.DrawFn) -> str:
-    good = from_schema(HEADER_SCHEMAS[api.IDEMPOTENCY_HEADER])
+    good = from_schema(HEADER_SCHEMAS[IDEMPOTENCY_PARAMETER])
     # A few fixed keys make replays and mismatches happen across examples.
     reused = st.sampled_from(["retry-1", "retry-2"])
     return draw(good | reused | st.sampled_from(["~" * 257, "ключ", "\t", ""]) | odd_text)
@@ -139,14 +145,14 @@ def idempotency_keys(draw: st.DrawFn) -> str:
 def headers(draw: st.DrawFn, pool: list[str]) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     if draw(st.booleans()):
-        name = draw(st.sampled_from([api.SESSION_HEADER, "chat_session_id", "Chat-Session-Id"]))
+        name = draw(st.sampled_from([wire.SESSION_HEADER, "chat_session_id", "Chat-Session-Id"]))
         pairs.append((name, draw(st.sampled_from(pool) | session_ids() if pool else session_ids())))
     if draw(st.booleans()):
-        pairs.append((api.IDEMPOTENCY_HEADER, draw(idempotency_keys())))
+        pairs.append((wire.IDEMPOTENCY_HEADER, draw(idempotency_keys())))
     if draw(st.booleans()):
         # Repeated headers reach the function joined with commas, as API Gateway joins them.
         pairs.extend(draw(st.lists(st.tuples(
-            st.sampled_from([api.SESSION_HEADER, api.IDEMPOTENCY_HEADER, "content-type", "x-odd", "authorization"]),
+            st.sampled_from([wire.SESSION_HEADER, wire.IDEMPOTENCY_HEADER, "content-type", "x-odd", "authorization"]),
             odd_text | st.text(max_size=20),
         ), max_size=4)))
     if draw(st.booleans()):
@@ -264,7 +270,7 @@ def harness(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Harness]:
     monkeypatch.setenv("PICOFLOW_FLOWS", echo_flows.__name__)
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_MAX_MESSAGE_CHARS", "DYNAMODB_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(api, "_runtime", None)
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
     harness = Harness(moto_dynamodb)
     for flow in FLOWS:
         # Sessions the examples can continue (or try to hijack with the other flow).
@@ -273,14 +279,14 @@ def harness(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Harness]:
     harness.statuses.clear()
     yield harness
     print(f"responses by status: {dict(sorted(harness.statuses.items()))}; failure codes: {dict(harness.codes)}")
-    if api._runtime is not None:
-        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
 
 def test_the_schema_describes_the_run_contract():
     assert set(SCHEMA["paths"]) == {"/ai/run", "/ai/end", "/ai/flows", "/health"}
     assert BODY_SCHEMA["required"] == ["flowName"]
-    assert set(HEADER_SCHEMAS) == {api.SESSION_HEADER, api.IDEMPOTENCY_HEADER}
+    assert set(HEADER_SCHEMAS) == {SESSION_PARAMETER, IDEMPOTENCY_PARAMETER}
     assert "/swagger" not in SCHEMA["paths"]
 
 
@@ -313,7 +319,7 @@ def test_any_route_any_method(harness, route, body, data):
     pairs = data.draw(headers([]))
     if (method, path) == ("POST", "/ai/end"):
         # Only generated ids, so the examples cannot delete one another's sessions.
-        pairs = [(name, value) for name, value in pairs if name.lower() not in api._SESSION_HEADER_KEYS]
+        pairs = [(name, value) for name, value in pairs if name.lower() not in wire.SESSION_HEADER_SPELLINGS]
     harness.check(method, path, body, pairs)
 
 
@@ -328,12 +334,12 @@ NAMED_CASES: list[tuple[Any, list[tuple[str, str]]]] = [
     (json.dumps({"flowName": "__proto__", "message": "hi"}), []),
     (json.dumps({"flowName": "constructor", "prototype": {"x": 1}, "__proto__": None}), []),
     *[
-        (json.dumps({"flowName": "EchoFlow", "message": "hi"}), [(api.SESSION_HEADER, session)])
+        (json.dumps({"flowName": "EchoFlow", "message": "hi"}), [(wire.SESSION_HEADER, session)])
         for session in ["a" * 129, "../../etc/passwd", "séance", "ｓｅｓｓｉｏｎ", "", " ", "a\r\nX-Injected: 1", "a,b"]
     ],
-    (json.dumps({"flowName": "EchoFlow"}), [(api.SESSION_HEADER, "abc"), (api.SESSION_HEADER, "def")]),
-    (json.dumps({"flowName": "EchoFlow"}), [(api.IDEMPOTENCY_HEADER, "a"), (api.IDEMPOTENCY_HEADER, "b")]),
-    (json.dumps({"flowName": "EchoFlow"}), [(api.IDEMPOTENCY_HEADER, "k" * 257)]),
+    (json.dumps({"flowName": "EchoFlow"}), [(wire.SESSION_HEADER, "abc"), (wire.SESSION_HEADER, "def")]),
+    (json.dumps({"flowName": "EchoFlow"}), [(wire.IDEMPOTENCY_HEADER, "a"), (wire.IDEMPOTENCY_HEADER, "b")]),
+    (json.dumps({"flowName": "EchoFlow"}), [(wire.IDEMPOTENCY_HEADER, "k" * 257)]),
     (json.dumps({"flowName": "EchoFlow"}), [("x-huge", "h" * 64_000)]),
     (b"\xff\xfe\x00garbage", []),
     ('{"flowName": "EchoFlow", "config": ' + "[" * 100_000 + "]" * 100_000 + "}", []),

@@ -9,6 +9,8 @@ import pytest
 
 import handlers.api as api
 from picoflow import SessionConflictError, SessionStoreError
+from picoflow.aws import deadline, observability
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from tests.support import echo_flows
 from tests.support.dynamodb_local import REGION
@@ -58,16 +60,16 @@ def client(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Api]:
     monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_MAX_MESSAGE_CHARS", "DYNAMODB_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(api, "_runtime", None)
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
     yield Api(moto_dynamodb)
-    if api._runtime is not None:
-        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
 
 @pytest.fixture
 def log_stream(monkeypatch) -> io.StringIO:
     stream = io.StringIO()
-    monkeypatch.setattr(api.logger.registered_handler, "stream", stream)
+    monkeypatch.setattr(observability.logger.registered_handler, "stream", stream)
     return stream
 
 
@@ -126,7 +128,7 @@ def test_bad_requests_are_400_and_write_nothing(client, raw_body):
 
 @pytest.mark.parametrize("session", ["../etc/passwd", "a" * 129, "séance", "a b", "a,b", "x\r\nX-Injected: 1"])
 def test_a_malformed_session_id_is_refused_before_any_store_call_and_not_echoed(client, monkeypatch, session):
-    store = api.get_engine().session_store
+    store = aws_runtime.get_engine().session_store
 
     async def untouchable(*args, **kwargs):
         raise AssertionError("the store was called")
@@ -161,7 +163,7 @@ def test_flow_mismatch_is_409_and_leaves_the_session(client):
 
 def test_conflict_is_409(client, monkeypatch, capsys):
     _, _, first = client.run("hello")
-    store = api.get_engine().session_store
+    store = aws_runtime.get_engine().session_store
 
     async def lose_the_race(doc, expected_revision):
         raise SessionConflictError(doc.id)
@@ -175,7 +177,7 @@ def test_conflict_is_409(client, monkeypatch, capsys):
 
 @pytest.mark.parametrize("store_status", [500, 503])
 def test_store_failures_keep_their_status(client, monkeypatch, store_status):
-    store = api.get_engine().session_store
+    store = aws_runtime.get_engine().session_store
 
     async def broken(session_id):
         raise SessionStoreError("load", session_id, "backend down", status_code=store_status)
@@ -187,7 +189,7 @@ def test_store_failures_keep_their_status(client, monkeypatch, store_status):
 
 
 def test_oversized_document_is_413(client, monkeypatch):
-    monkeypatch.setattr(api.get_engine().session_store, "max_document_bytes", 64)
+    monkeypatch.setattr(aws_runtime.get_engine().session_store, "max_document_bytes", 64)
     status, _, body = client.run("hello")
     assert (status, body["code"]) == (413, "SESSION_TOO_LARGE")
 
@@ -196,7 +198,7 @@ def test_unexpected_error_is_a_500_envelope_without_trace(client, monkeypatch):
     async def explode(**kwargs):
         raise RuntimeError("internal detail")
 
-    monkeypatch.setattr(api.get_engine(), "run", explode)
+    monkeypatch.setattr(aws_runtime.get_engine(), "run", explode)
     status, _, body = client.run("hi")
     assert status == 500
     assert body == {"success": False, "completed": False, "message": "Internal error.", "session": "",
@@ -252,7 +254,7 @@ def test_logs_carry_the_session_but_never_the_message(client, log_stream):
     records = [json.loads(line) for line in log_stream.getvalue().splitlines()]
     turn = next(r for r in records if r["message"] == "Turn finished")
     # The correlation id is a digest: the session id itself would let a log reader continue the session.
-    assert turn["correlation_id"] == api.session_log_id(body["session"]) != body["session"]
+    assert turn["correlation_id"] == observability.session_log_id(body["session"]) != body["session"]
     assert body["session"] not in log_stream.getvalue()
     assert turn["flow"] == "EchoFlow" and turn["success"] is True
     assert "secret plans" not in log_stream.getvalue()
@@ -271,7 +273,7 @@ def test_metrics_are_published(client, capsys):
 
 def test_turn_deadline_comes_from_the_lambda_context(client, monkeypatch):
     seen = {}
-    engine = api.get_engine()
+    engine = aws_runtime.get_engine()
     original = engine.run
 
     async def spy(**kwargs):
@@ -280,7 +282,7 @@ def test_turn_deadline_comes_from_the_lambda_context(client, monkeypatch):
 
     monkeypatch.setattr(engine, "run", spy)
     client.call("POST", "/ai/run", {"flowName": "EchoFlow", "message": "hi"}, timeout_ms=10_000)
-    assert 7.0 < seen["remaining"] <= 10.0 - api.DEADLINE_MARGIN_SECONDS
+    assert 7.0 < seen["remaining"] <= 10.0 - deadline.DEADLINE_MARGIN_SECONDS
 
 
 def test_openai_key_comes_from_ssm(client, monkeypatch):
@@ -288,13 +290,13 @@ def test_openai_key_comes_from_ssm(client, monkeypatch):
     ssm.put_parameter(Name="/picoflow/openai-api-key", Value="sk-test-123", Type="SecureString")
     monkeypatch.delenv("PICOFLOW_SCRIPT")
     monkeypatch.setenv("OPENAI_API_KEY_PARAMETER", "/picoflow/openai-api-key")
-    engine = api.build_engine()
+    engine = aws_runtime.build_engine()
     assert engine.providers.get("openai")._api_key == "sk-test-123"
 
 
 def test_missing_key_parameter_is_logged_not_fatal(client, monkeypatch, log_stream):
     monkeypatch.delenv("PICOFLOW_SCRIPT")
     monkeypatch.setenv("OPENAI_API_KEY_PARAMETER", "/picoflow/absent")
-    engine = api.build_engine()
+    engine = aws_runtime.build_engine()
     assert engine.get_flow_names() == ["EchoFlow", "JsonFlow"]
     assert "Cannot read the OpenAI key parameter" in log_stream.getvalue()

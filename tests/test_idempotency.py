@@ -16,6 +16,8 @@ import pytest
 
 import handlers.api as api
 from picoflow import SessionConflictError, SessionStoreError
+from picoflow.aws import idempotency
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.errors import public_message
 from picoflow.session import receipts
@@ -71,7 +73,7 @@ class Client:
         return result["statusCode"], response_headers, parsed
 
     def model_calls(self) -> int:
-        return len(api.get_engine().providers.override.calls)
+        return len(aws_runtime.get_engine().providers.override.calls)
 
     def sessions(self) -> list[dict]:
         return self.table.client.scan(TableName=self.table.name, ConsistentRead=True)["Items"]
@@ -101,10 +103,10 @@ def client(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Client]:
     monkeypatch.setenv("PICOFLOW_FLOWS", echo_flows.__name__)
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_MAX_MESSAGE_CHARS", "DYNAMODB_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(api, "_runtime", None)
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
     yield Client(moto_dynamodb, tmp_path, monkeypatch)
-    if api._runtime is not None:
-        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
 
 def test_a_retry_gets_the_original_response_without_running_again(client):
@@ -198,7 +200,7 @@ def test_a_duplicate_in_flight_waits_and_gets_the_same_answer(client):
 
 def test_a_transient_failure_spends_nothing_so_the_retry_runs(client, monkeypatch):
     client.script(reply("recovered"))
-    store = api.get_engine().session_store
+    store = aws_runtime.get_engine().session_store
     create = store.create
 
     async def down_once(flow_doc, **kwargs):
@@ -222,7 +224,7 @@ def test_a_lost_race_is_a_conflict_and_the_retry_runs(client, monkeypatch):
     client.script(reply("first"), reply("lost the race"), reply("won"))
     _, _, first = client.run("hello")
     session = first["session"]
-    store = api.get_engine().session_store
+    store = aws_runtime.get_engine().session_store
     save = store.save
 
     async def lose_once(doc, expected_revision):
@@ -242,7 +244,7 @@ def test_a_lost_race_is_a_conflict_and_the_retry_runs(client, monkeypatch):
 
 def test_a_save_whose_answer_was_lost_but_landed_is_a_success_and_replays(client, monkeypatch):
     client.script(reply("landed"))
-    store = api.get_engine().session_store
+    store = aws_runtime.get_engine().session_store
     save = store.save
 
     async def lands_then_times_out(doc, expected_revision):
@@ -263,7 +265,7 @@ def test_a_save_whose_outcome_is_unknown_says_so_and_the_retry_applies_it_once(c
     client.script(reply("first"), reply("lost"), reply("second try"))
     _, _, first = client.run("hi")
     session = first["session"]
-    store = api.get_engine().session_store
+    store = aws_runtime.get_engine().session_store
     save = store.save
 
     async def never_answers(doc, expected_revision):
@@ -285,7 +287,7 @@ def test_a_save_whose_outcome_is_unknown_says_so_and_the_retry_applies_it_once(c
 
 def test_a_first_turn_that_never_landed_is_finished_by_its_retry_in_the_same_session(client, monkeypatch):
     client.script(reply("lost"), reply("kept"))
-    store = api.get_engine().session_store
+    store = aws_runtime.get_engine().session_store
     save = store.save
 
     async def down_once(doc, expected_revision):
@@ -308,7 +310,7 @@ def test_a_too_large_turn_is_not_applied_so_its_retry_is_refused_again(client, m
     # A fresh document fits in 1000 bytes; the same one holding this incompressible reply does not.
     big = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(64))
     client.script(reply(big), reply(big))
-    monkeypatch.setattr(api.get_engine().session_store, "max_document_bytes", 1000)
+    monkeypatch.setattr(aws_runtime.get_engine().session_store, "max_document_bytes", 1000)
     status, _, body = client.run("hello", key=K("k-6"))
     assert (status, body["code"]) == (413, "SESSION_TOO_LARGE")
     again = client.run("hello", key=K("k-6"))
@@ -371,7 +373,7 @@ def test_a_malformed_key_is_400_and_touches_nothing(client, key):
 
 def test_the_longest_key_is_accepted(client):
     client.script(reply("ok"))
-    assert client.run("hello", key="~" * api.MAX_IDEMPOTENCY_KEY_CHARS)[0] == 200
+    assert client.run("hello", key="~" * idempotency.MAX_IDEMPOTENCY_KEY_CHARS)[0] == 200
 
 
 def test_without_a_key_every_request_is_a_new_turn(client):

@@ -34,6 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import handlers.api
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.errors import SessionFlowInvariantError, SessionStoreError
 from picoflow.local.chat import ChatClient
@@ -76,9 +77,9 @@ def real_handler(tmp_path, monkeypatch) -> Iterator[None]:
     monkeypatch.setenv("PICOFLOW_FLOWS", "tests.support.tiny_flow")
     monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
-    monkeypatch.setattr(handlers.api, "_runtime", None)
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
     yield
-    runtime = handlers.api._runtime
+    runtime = aws_runtime._runtime
     if runtime is not None:
         runtime.loop.call_soon_threadsafe(runtime.loop.stop)
 
@@ -109,7 +110,7 @@ def run_turn(url: str, message: str, session: str | None = None) -> str:
 
 
 def stored(session: str) -> dict[str, Any]:
-    runtime = handlers.api._get_runtime()
+    runtime = aws_runtime.get_runtime()
     return runtime.call(runtime.engine.session_store.load(session), timeout=10).to_json_dict()
 
 
@@ -159,7 +160,7 @@ def test_the_session_route_refuses_bad_or_unknown_ids(real_handler, start_server
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")
 def test_a_session_owned_by_a_principal_is_not_shown(real_handler, start_server):
     url = start_server(inspector=True)
-    runtime = handlers.api._get_runtime()
+    runtime = aws_runtime.get_runtime()
     store = runtime.engine.session_store
     runtime.call(store.create(FlowDoc(name="TinyFlow"), session_id="owned-session", owner="alice"), timeout=10)
     status, _, body = request(url, "GET", "/ai/session", {"CHAT_SESSION_ID": "owned-session"})

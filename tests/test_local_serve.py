@@ -16,6 +16,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, CORSConf
 
 import handlers.api
 from picoflow import Flow, ModelSelection, Step
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.local.chat import chat
 from picoflow.local.cli import main
@@ -683,9 +684,9 @@ def real_handler_env(tmp_path, monkeypatch) -> Iterator[None]:
     monkeypatch.setenv("SESSION_STORE", "MEMORY")
     monkeypatch.setenv("PICOFLOW_FLOWS", __name__)
     monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
-    monkeypatch.setattr(handlers.api, "_runtime", None)
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
     yield
-    runtime = handlers.api._runtime
+    runtime = aws_runtime._runtime
     if runtime is not None:
         runtime.loop.call_soon_threadsafe(runtime.loop.stop)
 

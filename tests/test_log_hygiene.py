@@ -14,6 +14,8 @@ from pydantic import BaseModel
 
 import handlers.api as api
 from picoflow import Flow, ModelSelection, Step, ToolSpec, stay, tool
+from picoflow.aws import observability
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -69,16 +71,16 @@ def captured(moto_dynamodb, tmp_path, monkeypatch, caplog) -> Iterator[io.String
     monkeypatch.setenv("PICOFLOW_FLOWS", __name__)
     for name in ("OPENAI_API_KEY_PARAMETER", "PICOFLOW_MAX_MESSAGE_CHARS", "DYNAMODB_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(api, "_runtime", None)
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
     stream = io.StringIO()
-    monkeypatch.setattr(api.logger.registered_handler, "stream", stream)
-    level = api.logger.log_level
-    api.logger.setLevel("DEBUG")
+    monkeypatch.setattr(observability.logger.registered_handler, "stream", stream)
+    level = observability.logger.log_level
+    observability.logger.setLevel("DEBUG")
     caplog.set_level(logging.DEBUG)
     yield stream
-    api.logger.setLevel(level)
-    if api._runtime is not None:
-        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+    observability.logger.setLevel(level)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
 
 def turn(message: str, session: str | None, key: str) -> dict:
@@ -105,7 +107,7 @@ def test_a_conversation_logs_none_of_its_content(captured, caplog, capsys):
     assert refused["statusCode"] == 400
 
     # The model saw the prompt and the tool result, so the markers were really in play.
-    calls = api.get_engine().providers.override.calls
+    calls = aws_runtime.get_engine().providers.override.calls
     assert len(calls) == len(SCRIPT)
     assert PROMPT in str(calls[0]) and TOOL_ARGUMENT in str(calls[1])
 

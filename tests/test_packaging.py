@@ -25,7 +25,8 @@ import pytest
 from cfnlint.decode import cfn_yaml
 
 import picoflow
-from handlers import api
+from picoflow.aws import discovery
+from picoflow.aws import runtime as aws_runtime
 from tests.support.packaging import ROOT, copy_into, run
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -164,7 +165,8 @@ def flow_names(python: Path, cwd: Path, **env: str) -> subprocess.CompletedProce
     }
     code = (
         "import json\n"
-        "from handlers.api import build_engine\n"
+        "import handlers.api\n"
+        "from picoflow.aws.runtime import build_engine\n"
         "print(json.dumps(sorted(build_engine().get_flow_names())))\n"
     )
     return subprocess.run([str(python), "-c", code], cwd=cwd, env=environ, capture_output=True, text=True, timeout=120)
@@ -228,21 +230,21 @@ def names(flows: list[type]) -> list[str]:
 
 
 def test_unset_flows_are_the_bundled_examples_without_entry_points() -> None:
-    assert names(api.load_flows(None)) == BUNDLED_FLOWS
-    assert names(api.load_flows(api.DEFAULT_FLOW_MODULES)) == BUNDLED_FLOWS
+    assert names(discovery.load_flows(None)) == BUNDLED_FLOWS
+    assert names(discovery.load_flows(discovery.DEFAULT_FLOW_MODULES)) == BUNDLED_FLOWS
 
 
 def test_entry_point_flows_join_the_bundled_ones_by_default(entry_point_flows: str) -> None:
-    assert names(api.load_flows(None)) == sorted([*BUNDLED_FLOWS, "EntryFlow"])
-    assert names(api.load_flows(api.DEFAULT_FLOW_MODULES)) == sorted([*BUNDLED_FLOWS, "EntryFlow"])
-    engine = api.build_engine({"SESSION_STORE": "MEMORY"})
+    assert names(discovery.load_flows(None)) == sorted([*BUNDLED_FLOWS, "EntryFlow"])
+    assert names(discovery.load_flows(discovery.DEFAULT_FLOW_MODULES)) == sorted([*BUNDLED_FLOWS, "EntryFlow"])
+    engine = aws_runtime.build_engine({"SESSION_STORE": "MEMORY"})
     assert sorted(engine.get_flow_names()) == sorted([*BUNDLED_FLOWS, "EntryFlow"])
 
 
 def test_picoflow_flows_names_exactly_the_modules_loaded(entry_point_flows: str) -> None:
-    assert names(api.load_flows("flows.basic")) == ["BasicFlow"]
-    assert names(api.load_flows(f" {entry_point_flows} ,")) == ["EntryFlow"]
-    engine = api.build_engine({"SESSION_STORE": "MEMORY", "PICOFLOW_FLOWS": "flows.hotel"})
+    assert names(discovery.load_flows("flows.basic")) == ["BasicFlow"]
+    assert names(discovery.load_flows(f" {entry_point_flows} ,")) == ["EntryFlow"]
+    engine = aws_runtime.build_engine({"SESSION_STORE": "MEMORY", "PICOFLOW_FLOWS": "flows.hotel"})
     assert engine.get_flow_names() == ["HotelFlow"]
 
 

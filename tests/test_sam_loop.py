@@ -10,6 +10,7 @@ import pytest
 from cfnlint.decode import cfn_yaml
 
 import handlers.api as api
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,11 +52,11 @@ def test_each_sample_event_runs_through_the_handler(name, monkeypatch):
     for key, value in env.items():
         monkeypatch.setenv(key, str(ROOT / value) if key == "PICOFLOW_SCRIPT" else value)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.setattr(api, "_runtime", None)
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
     event = json.loads((EVENTS / name).read_text())
     result = api.lambda_handler(event, FakeLambdaContext())
     # The end event names a session no fresh container holds: the documented 404.
     expected = 404 if name == "end-session.json" else 200
     assert result["statusCode"] == expected, result["body"]
-    if api._runtime is not None:
-        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)

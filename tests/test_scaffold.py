@@ -20,7 +20,7 @@ import pytest
 from cfnlint.decode import cfn_yaml
 
 import picoflow
-from picoflow.local import scaffold
+from picoflow.local import cli, scaffold
 from picoflow.local.scaffold import ScaffoldError, create_project, main, project_values
 from tests.support.packaging import overlay_venv, pip_install, run, site_packages
 
@@ -219,6 +219,14 @@ def test_main_takes_a_parent_directory_and_reports_a_bad_name(
     assert "Not a directory" in capsys.readouterr().err
 
 
+def test_the_picoflow_command_has_a_new_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["new", "travel-desk", "--dir", str(tmp_path)]) == 0
+    assert files_under(tmp_path / "travel-desk") == EXPECTED_FILES
+    assert "TravelDeskFlow" in capsys.readouterr().out
+    assert cli.main(["new", "travel-desk", "--dir", str(tmp_path)]) == 2
+    assert "not an empty directory" in capsys.readouterr().err
+
+
 # -- end to end: the installed library makes a project that passes its own tests and runs its demo ----------------
 
 
@@ -249,7 +257,8 @@ def installed_project(venv_python: Path, wheel: Path, tmp_path_factory: pytest.T
     """A project made by the installed library's ``picoflow new`` and installed with its [dev] extras."""
     base = tmp_path_factory.mktemp("e2e")
     python = overlay_venv(venv_python, base / "venv")
-    new = [str(python), "-m", "picoflow.local.scaffold", "travel-desk", "--dir", str(base)]
+    # The console script the wheel installed, as a user types it.
+    new = [str(venv_python.parent / "picoflow"), "new", "travel-desk", "--dir", str(base)]
     run(new, cwd=base, env=clean_env(base))
     project = base / "travel-desk"
     # picoflow-aws is satisfied by the wheel already installed underneath; the rest comes from the registry.

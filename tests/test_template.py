@@ -271,7 +271,7 @@ def test_cors_settings_reach_the_function(function):
 
 def test_handler_cors_matches_the_gateway(template, http_api):
     # The handler serves the same CORS rules when it runs without API Gateway in front.
-    from handlers.api import CORS_DEFAULT_MAX_AGE_SECONDS, CORS_EXPOSED_HEADERS, CORS_REQUEST_HEADERS
+    from picoflow.aws.cors import CORS_DEFAULT_MAX_AGE_SECONDS, CORS_EXPOSED_HEADERS, CORS_REQUEST_HEADERS
 
     gateway = http_api["CorsConfiguration"]["Fn::If"][1]
     assert list(CORS_REQUEST_HEADERS) == gateway["AllowHeaders"]

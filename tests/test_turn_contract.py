@@ -16,6 +16,7 @@ import pytest
 
 import handlers.api as api
 from picoflow import FlowEngine, MemorySessionStore, SessionStoreError
+from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.errors import PUBLIC_MESSAGES, public_message
 from picoflow.turn.model_call import _Failure
@@ -224,7 +225,7 @@ class Http:
         path = self.tmp_path / "script.json"
         path.write_text(json.dumps(list(replies)))
         self.monkeypatch.setenv("PICOFLOW_SCRIPT", str(path))
-        self.monkeypatch.setattr(api, "_runtime", None)
+        self.monkeypatch.setattr(aws_runtime, "_runtime", None)
 
     def post(self, path: str, body: dict[str, Any] | None = None, session: str | None = None,
              key: str | None = None) -> tuple[int, dict[str, str], str]:
@@ -247,10 +248,10 @@ def http(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Http]:
     monkeypatch.setenv("PICOFLOW_FLOWS", faulty_flows.__name__)
     for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL", "PICOFLOW_SCRIPT"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(api, "_runtime", None)
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
     yield Http(moto_dynamodb, tmp_path, monkeypatch)
-    if api._runtime is not None:
-        api._runtime.loop.call_soon_threadsafe(api._runtime.loop.stop)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
 
 def assert_clean(status: int, headers: dict[str, str], body: str, code: str, caplog) -> None:
@@ -277,7 +278,7 @@ def test_no_failure_path_leaks_exception_text_to_the_client(http, monkeypatch, c
         assert_clean(status, headers, body, code, caplog)
     FaultyFlow.failing = set()
 
-    store = api.get_engine().session_store
+    store = aws_runtime.get_engine().session_store
     save = store.save
 
     async def down(doc, expected_revision):

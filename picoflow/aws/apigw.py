@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from picoflow.wire import JSON
+
 ACCOUNT_ID = "123456789012"
 API_ID = "local"
 REGION = "us-east-1"
@@ -51,7 +53,7 @@ def http_event(
 
     if isinstance(body, Mapping | list):
         body = json.dumps(body, separators=(",", ":"))
-        merged.setdefault("content-type", "application/json")
+        merged.setdefault("content-type", JSON)
     is_base64 = False
     encoded_body: str | None = None
     if isinstance(body, bytes):

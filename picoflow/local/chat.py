@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any, TextIO
 
-SESSION_HEADER = "CHAT_SESSION_ID"
+from picoflow.wire import JSON, SESSION_HEADER
+
 # A little above the function timeout, so the server's own error arrives before ours.
 REQUEST_TIMEOUT_SECONDS = 35.0
 
@@ -33,7 +34,7 @@ class Reply:
     @property
     def envelope(self) -> dict[str, Any] | None:
         """The parsed JSON envelope, or None when the body is a raw (non-envelope) message."""
-        if not self.content_type.startswith("application/json"):
+        if not self.content_type.startswith(JSON):
             return None
         try:
             data = json.loads(self.text)
@@ -74,7 +75,7 @@ class ChatClient:
         data = json.dumps(payload).encode("utf-8") if payload is not None else b""
         request = urllib.request.Request(self.base_url + route, data=data, method="POST")
         if payload is not None:
-            request.add_header("Content-Type", "application/json")
+            request.add_header("Content-Type", JSON)
         if self.session:
             request.add_header(SESSION_HEADER, self.session)
         try:
@@ -89,7 +90,7 @@ def _reply(status: int, headers: Message, body: bytes) -> Reply:
     text = body.decode(headers.get_content_charset() or "utf-8", errors="replace")
     session = headers.get(SESSION_HEADER)
     content_type = headers.get_content_type()
-    if not session and content_type == "application/json":
+    if not session and content_type == JSON:
         try:
             data = json.loads(text)
         except ValueError:

@@ -1,15 +1,15 @@
-"""The ``picoflow`` command: ``picoflow serve`` and ``picoflow chat FLOW``."""
+"""The ``picoflow`` command: ``picoflow serve``, ``picoflow chat FLOW`` and ``picoflow new NAME``."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
+from picoflow.local import scaffold
 from picoflow.local.chat import chat
+from picoflow.local.project import DEFAULT_HANDLER, use_working_directory
 from picoflow.local.serve import serve
 
 
@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000, help="port to listen on, 0 for any (default: %(default)s)")
     serve.add_argument("--flows", metavar="MODULES", help="comma-separated modules whose flows to register")
     serve.add_argument(
+        "--handler", default=DEFAULT_HANDLER, metavar="MODULE:ATTR", help="the Lambda handler (default: %(default)s)"
+    )
+    serve.add_argument(
         "--no-inspector",
         dest="inspector",
         action="store_false",
@@ -52,17 +55,20 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("flow", metavar="FLOW", help="registered flow name, e.g. HotelFlow")
     chat.add_argument("--url", default="http://127.0.0.1:8000", help="API base URL (default: %(default)s)")
     chat.add_argument("--config", type=_json_object, metavar="JSON", help="session config sent on the first turn")
+
+    new = commands.add_parser("new", help="create a project of your own", description=scaffold.DESCRIPTION)
+    scaffold.add_arguments(new)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``picoflow`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
-    # As with `python -m`, the project in the working directory (its handlers/ and flows/) is importable.
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    if args.command == "new":
+        return scaffold.run(args)
+    use_working_directory()
     if args.command == "serve":
-        return serve(args.host, args.port, args.flows, inspector=args.inspector)
+        return serve(args.host, args.port, args.flows, inspector=args.inspector, handler=args.handler)
     return chat(args.flow, args.url, args.config)
 
 

@@ -1,15 +1,19 @@
-"""``make run``: replay a bundled flow's scripted conversation through ``picoflow serve`` and the Lambda handler.
+"""``make run``: replay a flow's scripted conversation through ``picoflow serve`` and the project's Lambda handler.
+
+``python -m picoflow.local.demo --flow NAME [--flows MODULES] [--handler MODULE:ATTR] [--serve]``
 
 Everything runs offline: the model is a scripted one, the session store is an embedded SQLite file, and each
-turn travels as HTTP -> API Gateway v2 event -> ``handlers.api.lambda_handler``. At the end it prints the
-``picoflow serve`` command that serves the same SQLite file and the page address of the finished session; with
-``--serve`` (``make run SERVE=1``) the demo's own server keeps serving that page until Ctrl+C instead.
+turn travels as HTTP -> API Gateway v2 event -> the handler (``handlers.api:lambda_handler`` by default). The
+conversation is the ``conversation.json`` of a flow package under ``--flows`` (``PICOFLOW_FLOWS``, else
+``flows``) whose ``"flow"`` names the flow. At the end it prints the ``picoflow serve`` command that serves
+the same SQLite file and the page address of the finished session; with ``--serve`` (``make run SERVE=1``)
+the demo's own server keeps serving that page until Ctrl+C instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib
 import json
 import os
 import shlex
@@ -19,18 +23,26 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import flows as bundled_flows
+from picoflow.aws.discovery import DEFAULT_FLOW_MODULES, FLOWS_VARIABLE, flow_module_names
+from picoflow.local.project import DEFAULT_HANDLER, default_flows, use_working_directory
+from picoflow.wire import JSON
+
+CONVERSATION_FILE = "conversation.json"
 
 
-def find_conversation(flow_name: str) -> Path:
-    """The ``conversation.json`` of the bundled flow called ``flow_name``."""
+def find_conversation(flow_name: str, flows: str | None = None) -> Path:
+    """The ``conversation.json`` of the flow called ``flow_name``, in the packages of ``flows`` (see module doc)."""
+    use_working_directory()
     known = []
-    for folder in bundled_flows.__path__:
-        for path in sorted(Path(folder).glob("*/conversation.json")):
-            name = json.loads(path.read_text(encoding="utf-8")).get("flow")
-            known.append(name)
-            if name == flow_name:
-                return path
+    for module_name in flow_module_names(flows or default_flows()):
+        for folder in getattr(importlib.import_module(module_name), "__path__", []):
+            for path in sorted([Path(folder) / CONVERSATION_FILE, *Path(folder).glob(f"*/{CONVERSATION_FILE}")]):
+                if not path.is_file():
+                    continue
+                name = json.loads(path.read_text(encoding="utf-8")).get("flow")
+                known.append(name)
+                if name == flow_name:
+                    return path
     raise SystemExit(f"No scripted conversation for flow '{flow_name}'. Bundled: {', '.join(known) or 'none'}.")
 
 
@@ -41,28 +53,20 @@ def load_conversation(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     return conversation, replies
 
 
-def _print_reply(user: str, status: int, content_type: str, text: str) -> tuple[str | None, bool]:
-    print(f"\nuser > {user}")
-    if content_type.startswith("application/json"):
-        body = json.loads(text)
-        if isinstance(body, dict) and "success" in body:
-            label = "bot" if body["success"] else f"error {status} {body.get('code')}"
-            print(f"{label} > {body['message']}")
-            return body.get("session"), bool(body.get("completed"))
-    print(f"bot ({content_type}) >\n{text}")
-    return None, False
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="picoflow-demo", description=__doc__)
+    parser.add_argument("--flow", default="HotelFlow", help="flow to replay (default: %(default)s)")
+    parser.add_argument("--flows", default=default_flows(), metavar="MODULES",
+                        help="comma-separated flow modules (default: $PICOFLOW_FLOWS or flows)")
+    parser.add_argument("--handler", default=DEFAULT_HANDLER, metavar="MODULE:ATTR",
+                        help="the Lambda handler (default: %(default)s)")
+    parser.add_argument("--serve", action="store_true", help="keep serving the finished session's page until Ctrl+C")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="picoflow-demo", description=__doc__)
-    parser.add_argument("--flow", default="HotelFlow", help="bundled flow to replay (default: HotelFlow)")
-    parser.add_argument(
-        "--serve", action="store_true", help="keep serving the finished session's page until Ctrl+C"
-    )
-    args = parser.parse_args(argv)
-
-    path = find_conversation(args.flow)
-    conversation, replies = load_conversation(path)
+    args = _parser().parse_args(argv)
+    conversation, replies = load_conversation(find_conversation(args.flow, args.flows))
     workdir = Path(tempfile.mkdtemp(prefix="picoflow-demo-"))
     script = workdir / "script.json"
     script.write_text(json.dumps(replies), encoding="utf-8")
@@ -72,12 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         PICOFLOW_SCRIPT=str(script),
         POWERTOOLS_LOG_LEVEL=os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
         POWERTOOLS_METRICS_DISABLED="true",
+        **{FLOWS_VARIABLE: args.flows},
     )
     from picoflow.local.chat import ChatClient
+    from picoflow.local.inspector import session_reader
     from picoflow.local.serve import make_server
-    from picoflow.session.factory import store_from_env
 
-    server = make_server("127.0.0.1", 0, inspector=True)
+    server = make_server("127.0.0.1", 0, args.handler, inspector=True)
     server.access_log = False
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -88,23 +93,31 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if session is None:
             return 0
-        doc = asyncio.run(store_from_env().load(session))
-        if doc is not None:
-            tokens = doc.tokens
-            print(f"\nsession {doc.id}: runStatus={doc.run_status}, revision={doc.revision}, "
-                  f"currentStep={doc.flow.current_step}")
-            print(f"tokens: input={tokens.input_tokens} output={tokens.output_tokens} total={tokens.total_tokens}")
+        read_session = session_reader(server.lambda_handler)
+        _print_session(read_session(session) if read_session else None)
         if args.serve:
             print(f"\nOpen {server.url}/?session={session} to inspect the session. Ctrl+C to stop.", flush=True)
             _wait_for_interrupt()
         else:
             print(f"\nTo inspect the session in the browser, serve the same sessions file:\n"
-                  f"  {_serve_command(workdir / 'sessions.sqlite')}\n"
+                  f"  {_serve_command(workdir / 'sessions.sqlite', args.flows, args.handler)}\n"
                   f"and open http://127.0.0.1:8000/?session={session}")
     finally:
         server.shutdown()
         server.server_close()
     return 0
+
+
+def _print_reply(user: str, status: int, content_type: str, text: str) -> tuple[str | None, bool]:
+    print(f"\nuser > {user}")
+    if content_type.startswith(JSON):
+        body = json.loads(text)
+        if isinstance(body, dict) and "success" in body:
+            label = "bot" if body["success"] else f"error {status} {body.get('code')}"
+            print(f"{label} > {body['message']}")
+            return body.get("session"), bool(body.get("completed"))
+    print(f"bot ({content_type}) >\n{text}")
+    return None, False
 
 
 def _replay(client: Any, turns: list[dict[str, Any]]) -> tuple[bool, str | None]:
@@ -123,6 +136,15 @@ def _replay(client: Any, turns: list[dict[str, Any]]) -> tuple[bool, str | None]
     return True, session
 
 
+def _print_session(doc: dict[str, Any] | None) -> None:
+    if doc is None:
+        return
+    tokens = doc["tokens"]
+    print(f"\nsession {doc['id']}: runStatus={doc['runStatus']}, revision={doc['revision']}, "
+          f"currentStep={doc['flow']['currentStep']}")
+    print(f"tokens: input={tokens['inputTokens']} output={tokens['outputTokens']} total={tokens['totalTokens']}")
+
+
 def _wait_for_interrupt() -> None:
     try:
         threading.Event().wait()
@@ -130,14 +152,16 @@ def _wait_for_interrupt() -> None:
         print("\nStopped.", flush=True)
 
 
-def _serve_command(sqlite_path: Path) -> str:
+def _serve_command(sqlite_path: Path, flows: str, handler: str) -> str:
     """A ``picoflow serve`` command line for this environment that reads ``sqlite_path``."""
     script = Path(sys.executable).with_name("picoflow")
     if script.exists():
         program = shlex.quote(os.path.relpath(script) if script.is_relative_to(Path.cwd()) else str(script))
     else:
         program = f"{shlex.quote(sys.executable)} -m picoflow.local.cli"
-    return f"SESSION_STORE=SQLITE SQLITE_PATH={shlex.quote(str(sqlite_path))} {program} serve --port 8000"
+    options = "" if flows == DEFAULT_FLOW_MODULES else f" --flows {shlex.quote(flows)}"
+    options += "" if handler == DEFAULT_HANDLER else f" --handler {shlex.quote(handler)}"
+    return f"SESSION_STORE=SQLITE SQLITE_PATH={shlex.quote(str(sqlite_path))} {program} serve{options} --port 8000"
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ answers them with its own 404:
 
 * ``GET /`` is the page (``static/index.html``), and ``GET /_inspector/<file>`` its script and style sheet;
 * ``GET /ai/session`` with a ``CHAT_SESSION_ID`` header returns that one session document as JSON, read
-  from the engine's session store. No CORS headers are sent, so only the page itself (same origin) can read it.
+  through the ``read_session`` function of the handler's module (``picoflow.aws.api`` has one). No CORS
+  headers are sent, so only the page itself (same origin) can read it.
 
 The page talks to the API like any other client: ``GET /ai/flows``, ``POST /ai/run``, ``POST /ai/end``.
 """
@@ -13,12 +14,15 @@ The page talks to the API like any other client: ``GET /ai/flows``, ``POST /ai/r
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any
 
+from picoflow.aws.refusals import INVALID_SESSION_ID
 from picoflow.engine import SESSION_ID_PATTERN
 from picoflow.errors import PicoFlowError, public_message
+from picoflow.wire import JSON, SESSION_HEADER, requested_session
 
 #: Reads the JSON form of one session document, or None when there is none (or it is not the caller's).
 SessionReader = Callable[[str], dict[str, Any] | None]
@@ -27,10 +31,8 @@ LocalAnswer = tuple[int, dict[str, list[str]], bytes]
 
 SESSION_ROUTE = "/ai/session"
 ASSET_PREFIX = "/_inspector/"
-# Header spellings the handler accepts too (some proxies drop names with underscores).
-_SESSION_HEADER_KEYS = ("chat_session_id", "chat-session-id")
-# The store is local (SQLite or memory) or DynamoDB: a read that takes longer than this is reported as a 503.
-READ_TIMEOUT_SECONDS = 10.0
+#: What a handler's module names the function that reads one session for the inspector.
+SESSION_READER = "read_session"
 _ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
@@ -48,25 +50,18 @@ _PAGE_HEADERS = {
 }
 
 
-def read_from_handler(session_id: str) -> dict[str, Any] | None:
-    """Load ``session_id`` through the engine of ``handlers.api``, on the loop its turns run on.
-
-    A document created by an authenticated principal is not shown: the local server has no caller to
-    compare with, exactly like an anonymous request to the API.
-    """
-    from handlers.api import _get_runtime
-
-    runtime = _get_runtime()
-    doc = runtime.call(runtime.engine.session_store.load(session_id), timeout=READ_TIMEOUT_SECONDS)
-    if doc is None or doc.owner is not None:
-        return None
-    return doc.to_json_dict()
+def session_reader(handler: Callable[..., Any]) -> SessionReader | None:
+    """The ``read_session`` function of the module that defines ``handler``, if it has one."""
+    return getattr(sys.modules.get(getattr(handler, "__module__", "")), SESSION_READER, None)
 
 
 class Inspector:
-    """Answers the page's routes; ``answer`` returns None for every other request (the handler's to answer)."""
+    """Answers the page's routes; ``answer`` returns None for every other request (the handler's to answer).
 
-    def __init__(self, read_session: SessionReader = read_from_handler) -> None:
+    Without ``read_session`` only the page is served: ``GET /ai/session`` is left to the handler.
+    """
+
+    def __init__(self, read_session: SessionReader | None) -> None:
         self.read_session = read_session
 
     def answer(self, method: str, path: str, headers: Mapping[str, str]) -> LocalAnswer | None:
@@ -76,19 +71,18 @@ class Inspector:
             return _asset("index.html")
         if path.startswith(ASSET_PREFIX) and path[len(ASSET_PREFIX):] in _ASSETS:
             return _asset(path[len(ASSET_PREFIX):])
-        if path == SESSION_ROUTE:
-            return self._session(headers)
+        if path == SESSION_ROUTE and self.read_session is not None:
+            return self._session(self.read_session, headers)
         return None
 
-    def _session(self, headers: Mapping[str, str]) -> LocalAnswer:
-        lowered = {name.lower(): value for name, value in headers.items()}
-        session_id = next((lowered[key].strip() for key in _SESSION_HEADER_KEYS if lowered.get(key, "").strip()), None)
+    def _session(self, read_session: SessionReader, headers: Mapping[str, str]) -> LocalAnswer:
+        session_id = requested_session(headers)
         if session_id is None:
-            return _failure(400, "BAD_REQUEST", "The CHAT_SESSION_ID header is required.")
+            return _failure(400, "BAD_REQUEST", f"The {SESSION_HEADER} header is required.")
         if not SESSION_ID_PATTERN.fullmatch(session_id):
-            return _failure(400, "BAD_REQUEST", "The session id must be 1-128 letters, digits, '_' or '-'.")
+            return _failure(400, INVALID_SESSION_ID.code, INVALID_SESSION_ID.message)
         try:
-            doc = self.read_session(session_id)
+            doc = read_session(session_id)
         except TimeoutError:
             return _failure(503, "SESSION_STORE_ERROR")
         except PicoFlowError as error:
@@ -106,7 +100,7 @@ def _asset(name: str) -> LocalAnswer:
 
 
 def _json(status: int, value: Any) -> LocalAnswer:
-    headers = {"Content-Type": ["application/json"], "Cache-Control": ["no-store"]}
+    headers = {"Content-Type": [JSON], "Cache-Control": ["no-store"]}
     headers["X-Content-Type-Options"] = ["nosniff"]
     return status, headers, json.dumps(value, ensure_ascii=False).encode("utf-8")
 

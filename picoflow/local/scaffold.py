@@ -100,18 +100,22 @@ def _render(text: str, values: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(fill, text)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``picoflow new NAME [--dir PARENT]``; returns the exit code."""
-    parser = argparse.ArgumentParser(
-        prog="picoflow new",
-        description="Create a PicoFlow project: one flow with its scripted conversation and tests, the Lambda "
-        "handler, a SAM template and a Makefile with `make run` and `make test`.",
-    )
+DESCRIPTION = (
+    "Create a PicoFlow project: one flow with its scripted conversation and tests, the Lambda handler, a SAM "
+    "template and a Makefile with `make run` and `make test`."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``picoflow new``: ``NAME`` and ``--dir PARENT``."""
     parser.add_argument("name", metavar="NAME", help="project name and directory, e.g. travel-desk")
     parser.add_argument(
         "--dir", metavar="PARENT", type=Path, default=None, help="where to create it (default: the working directory)"
     )
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create the project ``args`` describe and print the next steps; returns the exit code."""
     try:
         values = project_values(args.name)
         target = create_project(args.name, args.dir if args.dir is not None else Path.cwd())
@@ -129,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     print("  make test    # ruff and pytest")
     print("\nDeploy with `sam build && sam deploy --guided` (see README.md).")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m picoflow.local.scaffold NAME [--dir PARENT]``, the same as ``picoflow new``."""
+    parser = argparse.ArgumentParser(prog="picoflow new", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

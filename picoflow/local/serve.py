@@ -15,15 +15,15 @@ import re
 import sys
 import threading
 import traceback
-from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.local.inspector import Inspector
-
-LambdaHandler = Callable[[dict[str, Any], Any], Any]
+from picoflow.aws.discovery import FLOWS_VARIABLE
+from picoflow.local.inspector import Inspector, session_reader
+from picoflow.local.project import DEFAULT_HANDLER, LambdaHandler, load_handler
+from picoflow.wire import JSON
 
 # API Gateway refuses request payloads above 10 MB before invoking the integration.
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
@@ -44,6 +44,7 @@ _MAX_TRAILER_FIELDS = 100
 _DIGITS = re.compile(r"[0-9]+")
 _HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]+")
 _LINE_ENDINGS = (b"\r\n", b"\n")
+_INTEGRATION_FAILURE = b'{"message":"Internal Server Error"}'
 
 
 class LambdaHTTPServer(ThreadingHTTPServer):
@@ -104,7 +105,7 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         code = int(code)
         text = _GATEWAY_MESSAGES.get(code) or self.responses.get(code, ("Error",))[0]
         self.log_error("code %d, message %s", code, message or text)
-        headers = {"content-type": ["application/json"], "connection": ["close"]}
+        headers = {"content-type": [JSON], "connection": ["close"]}
         if code == HTTPStatus.METHOD_NOT_ALLOWED:
             headers["allow"] = [", ".join(name[3:] for name in dir(self) if name.startswith("do_"))]
         self._send(code, headers, json.dumps({"message": text}).encode("utf-8"))
@@ -144,7 +145,7 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         except Exception:
             # API Gateway answers an integration failure with a bare 500; the trace is for the developer.
             traceback.print_exc(file=sys.stderr)
-            self._send(500, {"content-type": ["application/json"]}, b'{"message":"Internal Server Error"}')
+            self._send(500, {"content-type": [JSON]}, _INTEGRATION_FAILURE)
             return
         self._send(status, response_headers, payload)
 
@@ -154,7 +155,7 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
             answer = self.server.inspector.answer(method, path, dict(self.headers.items()))
         except Exception:
             traceback.print_exc(file=sys.stderr)
-            self._send(500, {"content-type": ["application/json"]}, b'{"message":"Internal Server Error"}')
+            self._send(500, {"content-type": [JSON]}, _INTEGRATION_FAILURE)
             return True
         if answer is None:
             return False
@@ -244,7 +245,7 @@ class _Truncated(Exception):
 def _translate_response(result: Any) -> tuple[int, dict[str, list[str]], bytes]:
     if not isinstance(result, dict) or "statusCode" not in result:
         # API Gateway treats any other return value as a 200 JSON body.
-        return 200, {"content-type": ["application/json"]}, json.dumps(result).encode("utf-8")
+        return 200, {"content-type": [JSON]}, json.dumps(result).encode("utf-8")
     headers: dict[str, list[str]] = {}
     spelling: dict[str, str] = {}
 
@@ -273,32 +274,36 @@ def _function_timeout_ms() -> int:
 
 
 def make_server(
-    host: str, port: int, handler: LambdaHandler | None = None, *, inspector: bool | Inspector = False
+    host: str, port: int, handler: str | LambdaHandler = DEFAULT_HANDLER, *, inspector: bool | Inspector = False
 ) -> LambdaHTTPServer:
     """Bind a server on ``host:port`` (0 picks a free port) that invokes ``handler(event, context)``.
 
-    Without ``handler`` the project's Lambda entry point ``handlers.api.lambda_handler`` is imported,
-    so configure the environment (``SESSION_STORE``, ``PICOFLOW_FLOWS`` ...) before calling this.
-    ``inspector=True`` adds the chat page at ``/`` and ``GET /ai/session``, reading sessions through
-    ``handlers.api``'s engine (pass an ``Inspector`` to read them some other way).
+    ``handler`` is the callable or its ``MODULE:ATTR`` name, imported from the working directory (by default
+    the project's ``handlers.api:lambda_handler``), so configure the environment (``SESSION_STORE``,
+    ``PICOFLOW_FLOWS`` ...) before calling this. ``inspector=True`` adds the chat page at ``/`` and
+    ``GET /ai/session``, reading sessions through the handler module's ``read_session`` (pass an
+    ``Inspector`` to read them some other way).
     """
-    if handler is None:
-        from handlers.api import lambda_handler
-
-        handler = lambda_handler
-    pages = Inspector() if inspector is True else inspector or None
+    handler = load_handler(handler)
+    pages = Inspector(session_reader(handler)) if inspector is True else inspector or None
     return LambdaHTTPServer((host, port), handler, pages)
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, flows: str | None = None, inspector: bool = True) -> int:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    flows: str | None = None,
+    inspector: bool = True,
+    handler: str | LambdaHandler = DEFAULT_HANDLER,
+) -> int:
     """Run the local API (and, unless ``inspector`` is off, the chat page) until interrupted.
 
-    Sessions default to the SQLite store.
+    Sessions default to the SQLite store; ``flows`` (comma-separated modules) sets ``PICOFLOW_FLOWS``.
     """
     os.environ.setdefault("SESSION_STORE", "SQLITE")
     if flows:
-        os.environ["PICOFLOW_FLOWS"] = flows
-    server = make_server(host, port, inspector=inspector)
+        os.environ[FLOWS_VARIABLE] = flows
+    server = make_server(host, port, handler, inspector=inspector)
     print(f"PicoFlow API listening on {server.url} (session store {os.environ['SESSION_STORE']})", flush=True)
     routes = "POST /ai/run, POST /ai/end, GET /ai/flows, GET /health"
     if inspector:

@@ -51,6 +51,7 @@ def init_worker(env: dict[str, str], barriers: dict[str, Any]) -> None:
 
     import handlers.api as api
     from picoflow.aws.apigw import FakeLambdaContext, http_event
+    from picoflow.aws.runtime import get_engine
 
     # A first request builds the engine and the DynamoDB client (a GetItem on an unknown id), so the
     # contended requests measure turns, not imports and connection set-up.
@@ -60,7 +61,7 @@ def init_worker(env: dict[str, str], barriers: dict[str, Any]) -> None:
     if warm["statusCode"] != 404:  # nothing is stored under that id
         raise RuntimeError(f"worker warm-up failed: {warm}")
 
-    store = api.get_engine().session_store
+    store = get_engine().session_store
     original_load = store.load
     original_delete = store.delete
 

@@ -1,0 +1,244 @@
+"""The PicoFlow HTTP API (API Gateway HTTP API, payload format 2.0) on Powertools' resolver.
+
+Routes: ``POST /ai/run``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``. Powertools validates each
+request against ``picoflow.aws.requests`` before a route runs, and publishes the OpenAPI document from the
+same models and signatures; ``PICOFLOW_SWAGGER=true`` also serves it with a Swagger UI on ``GET /swagger``.
+Every refusal and failure is this API's JSON envelope (``picoflow.aws.responses``). A project's Lambda
+entry point is ``from picoflow.aws.api import app, lambda_handler``.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+import os
+import time
+import warnings
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel
+
+from picoflow import RunResponse
+from picoflow.aws.cors import cors_config
+from picoflow.aws.deadline import turn_deadline, wait_limit
+from picoflow.aws.idempotency import IdempotencyKeyHeader
+from picoflow.aws.observability import correlate, logger, metrics, record_turn, tracer
+from picoflow.aws.refusals import NOT_JSON, UNDECODABLE_BODY, Refusal, refusal
+from picoflow.aws.requests import (
+    EndedSessionHeader,
+    EndedSessionHeaderHyphenated,
+    RunRequest,
+    SessionHeader,
+    SessionHeaderHyphenated,
+    parse_json_body,
+)
+from picoflow.aws.responses import (
+    EndEnvelope,
+    TurnEnvelope,
+    echoable,
+    envelope,
+    failure,
+    failure_body,
+    message_for,
+    turn_response,
+)
+from picoflow.aws.runtime import get_runtime, read_session
+from picoflow.errors import RETRY_AFTER_SECONDS
+from picoflow.wire import JSON, RETRY_AFTER_HEADER, requested_session
+
+__all__ = ["app", "lambda_handler", "openapi_schema", "read_session"]
+
+API_TITLE = "PicoFlow API"
+API_VERSION = "1.0.0"
+DEFAULT_PRINCIPAL_CLAIM = "sub"
+
+app = APIGatewayHttpResolver(cors=cors_config(), enable_validation=True, json_body_deserializer=parse_json_body)
+
+# Routes such as /health publish no metric by design; Powertools would warn on every such request.
+warnings.filterwarnings("ignore", message="No application metrics to publish")
+
+
+def _documented(model: type[BaseModel], described: dict[int, str]) -> dict[int, Any]:
+    return {status: {"description": text, "content": {JSON: {"model": model}}} for status, text in described.items()}
+
+
+@app.post(
+    "/ai/run",
+    summary="Run one turn of a flow",
+    responses=_documented(TurnEnvelope, {
+        200: "The turn's envelope; a step with another content type returns its raw message instead.",
+        400: "Malformed body or header, or an unknown flow.",
+        409: "Session conflict or flow mismatch.",
+        413: "The message or the session document is too large.",
+        422: "The Idempotency-Key was already used with a different body, or is too old to replay.",
+        500: "The flow failed (the session is ended unless the flow keeps it) or could not be started.",
+        502: "The model service failed; the session is unchanged, retry.",
+        503: "The session store or the model service is unavailable, or the save's outcome is unknown; retry.",
+        504: "The turn or the model ran out of time; the session is unchanged, retry.",
+    }),
+)
+def run_turn(
+    request: RunRequest,
+    session: SessionHeader = None,
+    session_hyphenated: SessionHeaderHyphenated = None,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response[str]:
+    session_id = session or session_hyphenated
+    if session_id:
+        correlate(session_id)
+    runtime, request_id, started = get_runtime(), _request_id(), time.perf_counter()
+    turn = runtime.engine.run(
+        flow_name=request.flow_name, user_message=request.message, session_id=session_id, config=request.config,
+        deadline=turn_deadline(app.lambda_context), idempotency_key=idempotency_key, caller=_caller(),
+        request_id=request_id,
+    )
+    try:
+        result: RunResponse = runtime.call(turn, timeout=wait_limit(app.lambda_context))
+    except TimeoutError:
+        # Flow code that never returns overran the engine's own deadline: answer before Lambda cuts the
+        # connection. A save may still be under way, so the outcome is unknown rather than "not applied".
+        logger.error("Turn overran the deadline", extra={"requestId": request_id})
+        result = _outcome_unknown(request_id, session_id)
+    registered = request.flow_name in runtime.engine.get_flow_names()
+    record_turn(request.flow_name, registered, result, (time.perf_counter() - started) * 1000)
+    return turn_response(result)
+
+
+@app.post(
+    "/ai/end",
+    summary="Delete a session",
+    responses=_documented(EndEnvelope, {
+        200: "Deleted (or no session id was given).",
+        400: "The session id is invalid or the delete failed.",
+        404: "No such session for this caller: it does not exist or belongs to someone else.",
+        409: "The delete lost a race with a turn; retry.",
+        503: "The session store is unavailable; retry.",
+    }),
+)
+def end_session(
+    session: EndedSessionHeader = None, session_hyphenated: EndedSessionHeaderHyphenated = None
+) -> Response[str]:
+    session_id = session or session_hyphenated
+    if echoable(session_id):
+        correlate(session_id)
+    runtime = get_runtime()
+    ending = runtime.engine.delete_session(session_id, deadline=turn_deadline(app.lambda_context), caller=_caller())
+    try:
+        outcome = runtime.call(ending, timeout=wait_limit(app.lambda_context))
+    except TimeoutError:
+        retry = {RETRY_AFTER_HEADER: str(RETRY_AFTER_SECONDS["SESSION_STORE_ERROR"])}
+        return failure(503, "SESSION_STORE_ERROR", session_id or "", _request_id(), retry)
+    session_id = echoable(outcome.get("session"))
+    if outcome.get("success"):
+        metrics.add_metric(name="SessionsEnded", unit=MetricUnit.Count, value=1)
+        return envelope(200, {"success": True, "session": session_id}, session_id)
+    code = outcome.get("code")
+    logger.warning("Session delete failed", extra={"code": code})
+    # The same 404 whether the session never existed or is someone else's; a delete that lost a race is a
+    # conflict the client can retry; anything else keeps the documented 400.
+    status = {"SESSION_NOT_FOUND": 404, "SESSION_CONFLICT": 409}.get(code or "", 400)
+    code = "SESSION_NOT_FOUND" if status == 404 else "SESSION_DELETE_FAILED"
+    body = failure_body(code, session_id, _request_id(), outcome.get("message") or message_for(code))
+    return envelope(status, body, session_id)
+
+
+@app.get("/ai/flows", summary="List the registered flows")
+def list_flows() -> Response[str]:
+    return Response(status_code=200, content_type=JSON, body=json.dumps(get_runtime().engine.get_flow_names()))
+
+
+@app.get("/health", summary="Liveness check")
+def health() -> Response[str]:
+    return Response(status_code=200, content_type=JSON, body=json.dumps({"status": "ok"}))
+
+
+if (os.environ.get("PICOFLOW_SWAGGER") or "").lower() == "true":
+    app.enable_swagger(path="/swagger", title=API_TITLE, version=API_VERSION)
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The OpenAPI document of this API, as Powertools derives it from the routes and models."""
+    return json.loads(app.get_openapi_json_schema(title=API_TITLE, version=API_VERSION))
+
+
+@app.exception_handler(RequestValidationError)
+def refuse_invalid(error: RequestValidationError) -> Response:
+    # Powertools reads form and multipart bodies too; their fields never make a valid turn.
+    content_type = app.current_event.headers.get("content-type") or JSON
+    return _refuse(refusal(error.errors()) if content_type.startswith(JSON) else NOT_JSON)
+
+
+@app.exception_handler(RequestUnsupportedContentType)
+def refuse_unsupported(_: RequestUnsupportedContentType) -> Response:
+    return _refuse(NOT_JSON)
+
+
+@app.exception_handler([UnicodeDecodeError, binascii.Error])
+def refuse_undecodable(_: ValueError) -> Response:
+    # Raised while Powertools decodes the body: bad base64, or bytes that are not UTF-8.
+    return _refuse(UNDECODABLE_BODY)
+
+
+@app.not_found
+def not_found(_: NotFoundError) -> Response:
+    return failure(404, "NOT_FOUND", _named_session(), _request_id())
+
+
+@app.exception_handler(Exception)
+def internal_error(_: Exception) -> Response:
+    logger.exception("Unhandled error")
+    return failure(500, "INTERNAL_ERROR", _named_session(), _request_id())
+
+
+def _refuse(refused: Refusal) -> Response:
+    logger.info("Request refused", extra={"code": refused.code, "statusCode": refused.status_code})
+    return failure(refused.status_code, refused.code, _named_session(), _request_id(), message=refused.message)
+
+
+def _named_session() -> str:
+    return requested_session(app.current_event.headers) or ""
+
+
+def _caller() -> str | None:
+    # The authorizer's verified claim names the principal: its sessions and keys are its own.
+    claims = app.current_event.request_context.authorizer.jwt_claim or {}
+    value = claims.get(os.environ.get("PICOFLOW_PRINCIPAL_CLAIM") or DEFAULT_PRINCIPAL_CLAIM)
+    return str(value) if value else None
+
+
+def _request_id() -> str:
+    # The Lambda request id is what CloudWatch shows beside every log line of the invocation.
+    context = app.lambda_context
+    return getattr(context, "aws_request_id", None) or app.current_event.request_context.request_id or ""
+
+
+def _outcome_unknown(request_id: str, session_id: str | None) -> RunResponse:
+    code = "SESSION_OUTCOME_UNKNOWN"
+    return RunResponse(
+        success=False, completed=False, message=message_for(code), session=session_id or "", error_code=code,
+        status_code=503, request_id=request_id, retry_after=RETRY_AFTER_SECONDS[code],
+    )
+
+
+def _resolve(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)
+
+
+if tracer is not None:
+    _resolve = tracer.capture_lambda_handler(_resolve, capture_response=False)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The Lambda handler: resolve one API Gateway v2 event into a proxy response."""
+    return _resolve(event, context)

@@ -1,0 +1,98 @@
+"""The HTTP API's answers: the JSON envelope (its documented shape too), and a turn's result as a response.
+
+Every failure is the envelope with ``success: false``, a ``code``, the fixed sentence for that code and the
+request id; only a well-formed session id is ever echoed, in the body and the ``CHAT_SESSION_ID`` header.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools.event_handler import Response
+from pydantic import BaseModel, Field
+
+from picoflow import RunResponse
+from picoflow.aws.idempotency import retry_headers
+from picoflow.engine import SESSION_ID_PATTERN
+from picoflow.errors import public_message
+from picoflow.wire import JSON, PLAIN_TEXT, SESSION_HEADER
+
+# The sentences of the codes only this adapter answers; the engine's codes have theirs in picoflow.errors.
+_ADAPTER_MESSAGES = {
+    "MESSAGE_TOO_LARGE": "The message is longer than this API accepts.",
+    "NOT_FOUND": "No such route.",
+    "INTERNAL_ERROR": "Internal error.",
+}
+
+
+class TurnEnvelope(BaseModel):
+    """The answer of ``POST /ai/run`` (and of every failure)."""
+
+    success: bool
+    completed: bool
+    message: Any = Field(description="The reply on success, the reason on failure.")
+    session: str
+    content_type: str | None = Field(default=None, alias="contentType", description="Present on success.")
+    code: str | None = Field(default=None, description="Present on failure, e.g. SESSION_CONFLICT.")
+    request_id: str | None = Field(default=None, alias="requestId", description="Present on failure.")
+
+
+class EndEnvelope(BaseModel):
+    """The answer of ``POST /ai/end``."""
+
+    success: bool
+    session: str
+    message: str | None = Field(default=None, description="Present on failure.")
+    code: str | None = Field(default=None, description="Present on failure.")
+
+
+def message_for(code: str) -> str:
+    """The fixed sentence a failure with ``code`` carries."""
+    return _ADAPTER_MESSAGES.get(code) or public_message(code)
+
+
+def echoable(session: str | None) -> str:
+    """``session`` if it is a well-formed id, else "": anything else could smuggle junk into a header."""
+    return session if session and SESSION_ID_PATTERN.fullmatch(session) else ""
+
+
+def envelope(status_code: int, body: Any, session: str = "", headers: dict[str, str] | None = None) -> Response:
+    """A JSON response naming ``session`` (when there is one) in the ``CHAT_SESSION_ID`` header."""
+    headers = {**(headers or {}), **({SESSION_HEADER: session} if session else {})}
+    return Response(status_code=status_code, content_type=JSON, body=json.dumps(body), headers=headers)
+
+
+def failure_body(code: str, session: str, request_id: str, message: str | None = None) -> dict[str, Any]:
+    """The failure envelope; ``message`` defaults to the code's fixed sentence."""
+    return {
+        "success": False, "completed": False, "message": message or message_for(code), "session": session,
+        "code": code, "requestId": request_id,
+    }
+
+
+def failure(
+    status_code: int,
+    code: str,
+    session: str,
+    request_id: str,
+    headers: dict[str, str] | None = None,
+    *,
+    message: str | None = None,
+) -> Response:
+    """A failure response for a request that names ``session`` (echoed only when well-formed)."""
+    session = echoable(session)
+    return envelope(status_code, failure_body(code, session, request_id, message), session, headers)
+
+
+def turn_response(result: RunResponse) -> Response:
+    """The response of a turn: the envelope, or a non-plain step's raw message with its content type."""
+    headers = retry_headers(result)
+    if not result.success:
+        status = result.status_code if 400 <= result.status_code <= 599 else 500
+        return envelope(status, result.envelope(), result.session, headers)
+    if result.content_type != PLAIN_TEXT:
+        body = result.message if isinstance(result.message, str) else json.dumps(result.message)
+        headers[SESSION_HEADER] = result.session
+        return Response(status_code=200, content_type=result.content_type, body=body, headers=headers)
+    return envelope(200, result.envelope(), result.session, headers)

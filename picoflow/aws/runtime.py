@@ -1,0 +1,106 @@
+"""The container's engine: built once from the environment, run on one long-lived event loop.
+
+``SESSION_STORE``/``SESSION_TABLE`` pick the store, ``PICOFLOW_FLOWS`` the flow modules, ``PICOFLOW_SCRIPT``
+a scripted model for offline runs, and ``OPENAI_API_KEY_PARAMETER`` the SSM SecureString holding the
+OpenAI key, read once per container with short timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from picoflow import FlowEngine
+from picoflow.aws.discovery import FLOWS_VARIABLE, load_flows
+from picoflow.aws.observability import logger
+from picoflow.models.factory import default_registry
+from picoflow.session.factory import store_from_env
+
+# The key is read before the first turn: bounded so a stalled SSM cannot eat that turn's time.
+SSM_TIMEOUTS = {"connect_timeout": 2, "read_timeout": 3, "retries": {"mode": "standard", "total_max_attempts": 2}}
+# The store is local (SQLite or memory) or DynamoDB: a read for the local inspector that takes longer fails.
+SESSION_READ_TIMEOUT_SECONDS = 10.0
+
+
+class Runtime:
+    """The engine plus the event loop it lives on, shared by every invocation of this container.
+
+    One long-lived loop (on its own thread) keeps the async HTTP clients that the engine caches with
+    its chat models usable across invocations; a loop per invocation would strand their connections.
+    """
+
+    def __init__(self, engine: FlowEngine) -> None:
+        self.engine = engine
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="picoflow-engine-loop", daemon=True).start()
+
+    def call(self, coroutine: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+        """Run ``coroutine`` on the engine's loop; ``TimeoutError`` (and the task cancelled) after ``timeout``."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError from None
+
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def get_runtime() -> Runtime:
+    """The container's ``Runtime``, whose engine is built from the environment on first use."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = Runtime(build_engine())
+        return _runtime
+
+
+def get_engine() -> FlowEngine:
+    """The container's ``FlowEngine``."""
+    return get_runtime().engine
+
+
+def build_engine(environ: Mapping[str, str] | None = None) -> FlowEngine:
+    """A new engine configured from ``environ`` (default: the process environment)."""
+    env = dict(os.environ if environ is None else environ)
+    if not env.get("PICOFLOW_SCRIPT") and not env.get("OPENAI_API_KEY") and env.get("OPENAI_API_KEY_PARAMETER"):
+        key = read_openai_key(env["OPENAI_API_KEY_PARAMETER"])
+        if key:
+            env["OPENAI_API_KEY"] = key
+    flows = load_flows(env.get(FLOWS_VARIABLE))
+    engine = FlowEngine(flows=flows, session_store=store_from_env(env), providers=default_registry(env))
+    logger.info("Engine ready", extra={"flows": engine.get_flow_names(), "store": type(engine.session_store).__name__})
+    return engine
+
+
+def read_openai_key(parameter_name: str) -> str | None:
+    """Decrypt the SecureString ``parameter_name``; None (logged) when it cannot be read."""
+    from aws_lambda_powertools.utilities.parameters import SSMProvider
+    from botocore.config import Config
+
+    try:
+        return SSMProvider(boto_config=Config(**SSM_TIMEOUTS)).get(parameter_name, decrypt=True)
+    except Exception as exc:  # noqa: BLE001 - a missing key must not take down routes that need none
+        logger.error(
+            "Cannot read the OpenAI key parameter", extra={"parameter": parameter_name, "error": type(exc).__name__}
+        )
+        return None
+
+
+def read_session(session_id: str) -> dict[str, Any] | None:
+    """The JSON form of the stored session ``session_id``, read through the container's engine and loop.
+
+    None when there is none, or when an authenticated principal created it: a reader outside the API has
+    no caller to compare with, exactly like an anonymous request. ``TimeoutError`` when the store stalls.
+    """
+    runtime = get_runtime()
+    doc = runtime.call(runtime.engine.session_store.load(session_id), timeout=SESSION_READ_TIMEOUT_SECONDS)
+    if doc is None or doc.owner is not None:
+        return None
+    return doc.to_json_dict()
