@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import re
 import time
 import uuid
@@ -38,6 +37,7 @@ from picoflow.errors import (
 )
 from picoflow.flow import Flow
 from picoflow.logger import SessionLogger
+from picoflow.logger import library_log as _log
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.results import RunResponse
 from picoflow.session.document import FlowDoc, SessionDoc, TokenUsage
@@ -53,15 +53,13 @@ from picoflow.session.receipts import (
 )
 from picoflow.session.store import SessionStore
 from picoflow.tokens import add_usage
-from picoflow.turn.deadline import current_deadline, turn_deadline
+from picoflow.turn.deadline import READ_BACK_SECONDS, current_deadline, turn_deadline
 from picoflow.turn.loop import run_turn
 from picoflow.turn.runtime import TurnRuntime
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # Compaction is forced once a document reaches this share of the store's size limit.
 FORCE_COMPACTION_RATIO = 0.8
-# Time allowed past the turn deadline (inside the handler's margin) to learn whether an unanswered save landed.
-READ_BACK_SECONDS = 1.0
 # Time kept for the save when optional work (memory compaction) runs near the deadline.
 SAVE_RESERVE_SECONDS = 1.0
 
@@ -75,7 +73,6 @@ _UNTOUCHED_ERRORS = (
     ModelUnavailableError,
 )
 
-_log = logging.getLogger("picoflow")
 # A read-back that could not tell what is stored (no time left, or the store failed again).
 _UNREADABLE: Any = object()
 T = TypeVar("T")

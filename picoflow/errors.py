@@ -267,6 +267,9 @@ PUBLIC_MESSAGES: dict[str, str] = {
         "(e.g. a random UUID), so that no other client can share it."
     ),
     "IDEMPOTENCY_KEY_REUSED": "This Idempotency-Key was already used and can no longer be replayed; use a new key.",
+    "MESSAGE_TOO_LARGE": "The message is longer than this API accepts.",
+    "NOT_FOUND": "No such route.",
+    "INTERNAL_ERROR": "Internal error.",
 }
 GENERIC_MESSAGE = "The turn failed."
 

@@ -249,12 +249,18 @@ def test_unknown_route_is_a_404_envelope(client):
 
 
 def test_logs_carry_the_session_but_never_the_message(client, log_stream):
-    status, _, body = client.run("my secret plans for the weekend")
+    event = http_event(
+        "POST", "/ai/run", body={"flowName": "EchoFlow", "message": "my secret plans for the weekend"},
+        request_id="gw-request-1",
+    )
+    status, _, body = client.call("POST", "/ai/run", event=event)
     assert status == 200
     records = [json.loads(line) for line in log_stream.getvalue().splitlines()]
     turn = next(r for r in records if r["message"] == "Turn finished")
-    # The correlation id is a digest: the session id itself would let a log reader continue the session.
-    assert turn["correlation_id"] == observability.session_log_id(body["session"]) != body["session"]
+    # The session is named by a digest: the id itself would let a log reader continue the session.
+    assert turn["session"] == observability.session_log_id(body["session"]) != body["session"]
+    # The correlation id is API Gateway's request id, which joins these lines with the access log.
+    assert turn["correlation_id"] == "gw-request-1"
     assert body["session"] not in log_stream.getvalue()
     assert turn["flow"] == "EchoFlow" and turn["success"] is True
     assert "secret plans" not in log_stream.getvalue()

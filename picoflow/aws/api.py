@@ -48,11 +48,10 @@ from picoflow.aws.responses import (
     envelope,
     failure,
     failure_body,
-    message_for,
     turn_response,
 )
 from picoflow.aws.runtime import get_runtime, read_session
-from picoflow.errors import RETRY_AFTER_SECONDS
+from picoflow.errors import RETRY_AFTER_SECONDS, public_message
 from picoflow.wire import JSON, RETRY_AFTER_HEADER, requested_session
 
 __all__ = ["app", "lambda_handler", "openapi_schema", "read_session"]
@@ -147,7 +146,7 @@ def end_session(
     # conflict the client can retry; anything else keeps the documented 400.
     status = {"SESSION_NOT_FOUND": 404, "SESSION_CONFLICT": 409}.get(code or "", 400)
     code = "SESSION_NOT_FOUND" if status == 404 else "SESSION_DELETE_FAILED"
-    body = failure_body(code, session_id, _request_id(), outcome.get("message") or message_for(code))
+    body = failure_body(code, session_id, _request_id(), outcome.get("message") or public_message(code))
     return envelope(status, body, session_id)
 
 
@@ -224,7 +223,7 @@ def _request_id() -> str:
 def _outcome_unknown(request_id: str, session_id: str | None) -> RunResponse:
     code = "SESSION_OUTCOME_UNKNOWN"
     return RunResponse(
-        success=False, completed=False, message=message_for(code), session=session_id or "", error_code=code,
+        success=False, completed=False, message=public_message(code), session=session_id or "", error_code=code,
         status_code=503, request_id=request_id, retry_after=RETRY_AFTER_SECONDS[code],
     )
 

@@ -1,9 +1,9 @@
 """How much of a Lambda invocation's time a turn may use.
 
 The engine gets a deadline ``DEADLINE_MARGIN_SECONDS`` before Lambda ends the invocation; past it the
-engine may still spend ``picoflow.engine.READ_BACK_SECONDS`` learning whether an unanswered save
-landed, so the margin must exceed that read-back plus ``HARD_LIMIT_MARGIN_SECONDS``. The handler stops
-waiting for the engine ``HARD_LIMIT_MARGIN_SECONDS`` before the end, to answer while it still can.
+engine may still spend ``READ_BACK_SECONDS`` learning whether an unanswered save landed, so the margin
+holds that read-back plus ``HARD_LIMIT_MARGIN_SECONDS`` and some slack. The handler stops waiting for the
+engine ``HARD_LIMIT_MARGIN_SECONDS`` before the end, to answer while it still can.
 """
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-DEADLINE_MARGIN_SECONDS = 2.0
+from picoflow.turn.deadline import READ_BACK_SECONDS
+
 HARD_LIMIT_MARGIN_SECONDS = 0.5
+# Slack for answering and logging after the read-back.
+DEADLINE_MARGIN_SECONDS = READ_BACK_SECONDS + HARD_LIMIT_MARGIN_SECONDS + 0.5
 # The shortest wait the handler grants the engine, however late the request arrives.
 MIN_WAIT_SECONDS = 0.1
 

@@ -60,8 +60,11 @@ def session_log_id(session_id: str) -> str:
 
 
 def correlate(session_id: str) -> None:
-    """Key the invocation's remaining log lines by the session they concern."""
-    logger.set_correlation_id(session_log_id(session_id))
+    """Key the invocation's remaining log lines by the session they concern (``session``, a digest).
+
+    ``correlation_id`` stays the API Gateway request id, which joins these lines with the access log.
+    """
+    logger.append_keys(session=session_log_id(session_id))
 
 
 def record_turn(flow_name: str, registered: bool, result: RunResponse, latency_ms: float) -> None:

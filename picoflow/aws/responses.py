@@ -18,14 +18,8 @@ from picoflow.engine import SESSION_ID_PATTERN
 from picoflow.errors import public_message
 from picoflow.wire import JSON, PLAIN_TEXT, SESSION_HEADER
 
+
 # The sentences of the codes only this adapter answers; the engine's codes have theirs in picoflow.errors.
-_ADAPTER_MESSAGES = {
-    "MESSAGE_TOO_LARGE": "The message is longer than this API accepts.",
-    "NOT_FOUND": "No such route.",
-    "INTERNAL_ERROR": "Internal error.",
-}
-
-
 class TurnEnvelope(BaseModel):
     """The answer of ``POST /ai/run`` (and of every failure)."""
 
@@ -47,11 +41,6 @@ class EndEnvelope(BaseModel):
     code: str | None = Field(default=None, description="Present on failure.")
 
 
-def message_for(code: str) -> str:
-    """The fixed sentence a failure with ``code`` carries."""
-    return _ADAPTER_MESSAGES.get(code) or public_message(code)
-
-
 def echoable(session: str | None) -> str:
     """``session`` if it is a well-formed id, else "": anything else could smuggle junk into a header."""
     return session if session and SESSION_ID_PATTERN.fullmatch(session) else ""
@@ -66,7 +55,7 @@ def envelope(status_code: int, body: Any, session: str = "", headers: dict[str, 
 def failure_body(code: str, session: str, request_id: str, message: str | None = None) -> dict[str, Any]:
     """The failure envelope; ``message`` defaults to the code's fixed sentence."""
     return {
-        "success": False, "completed": False, "message": message or message_for(code), "session": session,
+        "success": False, "completed": False, "message": message or public_message(code), "session": session,
         "code": code, "requestId": request_id,
     }
 

@@ -11,6 +11,8 @@ from picoflow.errors import TurnDeadlineError
 
 # Do not start a model or decision call with less time than this left before the turn deadline.
 MIN_CALL_SECONDS = 1.0
+# Time allowed past the turn deadline (inside an adapter's margin) to learn whether an unanswered save landed.
+READ_BACK_SECONDS = 1.0
 
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("picoflow_turn_deadline", default=None)
 
