@@ -44,10 +44,13 @@ COMPRESSION_LEVEL = 6
 # SessionStoreError. botocore's ``max_attempts`` counts retries only, so the budget is spelled with
 # ``total_max_attempts``: 3 attempts in all, whose throttling backoff is at most 1 s + 2 s, which keeps a turn's
 # read and write well inside the Lambda timeout.
+# The store builds every request itself, so botocore's client-side parameter validation only re-checks our own
+# code on each call; DynamoDB still validates every request it receives.
 CLIENT_CONFIG = Config(
     connect_timeout=2,
     read_timeout=5,
     retries={"mode": "standard", "total_max_attempts": 3},
+    parameter_validation=False,
 )
 
 _UNAVAILABLE_CODES = frozenset(
