@@ -1,5 +1,9 @@
 """The real ChatOpenAI, built by OpenAIProvider, against a local OpenAI-compatible server (no internet)."""
 
+import asyncio
+import threading
+from unittest.mock import patch
+
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
@@ -101,3 +105,33 @@ async def test_a_server_error_fails_at_once_without_client_retries() -> None:
             await model.ainvoke("Weather in Oslo?")
 
     assert len(server.requests) == 1
+
+
+async def test_an_awaited_call_runs_the_synchronous_client_on_a_worker_thread() -> None:
+    """The synchronous client is the cheaper path per call; the loop stays free while it waits."""
+    with FakeOpenAIServer([_text_response()]) as server:
+        model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
+        threads: list[threading.Thread] = []
+        generate = type(model)._generate
+
+        def recording_generate(self, *args, **kwargs):  # noqa: ANN001, ANN202 - mirrors LangChain's signature
+            threads.append(threading.current_thread())
+            return generate(self, *args, **kwargs)
+
+        loop_thread = threading.current_thread()
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        beat = asyncio.ensure_future(ticker())
+        with patch.object(type(model), "_generate", recording_generate):
+            answer = await model.ainvoke([HumanMessage(content="Weather in Oslo?")])
+        beat.cancel()
+
+    assert answer.content == "It is sunny in Oslo."
+    assert len(threads) == 1 and threads[0] is not loop_thread
+    assert ticks > 1  # the loop kept running other tasks during the call

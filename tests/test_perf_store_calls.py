@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from picoflow.session.dynamodb_store import _ClientCalls
+from picoflow.threads import BlockingCalls
 
 marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
 
 
 async def test_a_call_runs_off_the_loop_and_returns_its_result() -> None:
-    calls = _ClientCalls()
+    calls = BlockingCalls()
     caller = threading.get_ident()
     ran_on = await calls.run(threading.get_ident)
     assert ran_on != caller
@@ -23,7 +23,7 @@ async def test_a_call_runs_off_the_loop_and_returns_its_result() -> None:
 
 
 async def test_errors_reach_the_awaiting_task() -> None:
-    calls = _ClientCalls()
+    calls = BlockingCalls()
 
     def fail() -> None:
         raise KeyError("boom")
@@ -34,7 +34,7 @@ async def test_errors_reach_the_awaiting_task() -> None:
 
 
 async def test_a_call_sees_a_copy_of_the_callers_context() -> None:
-    calls = _ClientCalls()
+    calls = BlockingCalls()
     marker.set("turn-1")
 
     def read_and_change() -> str:
@@ -47,7 +47,7 @@ async def test_a_call_sees_a_copy_of_the_callers_context() -> None:
 
 
 async def test_concurrent_calls_run_in_parallel_up_to_the_limit() -> None:
-    calls = _ClientCalls(max_workers=4)
+    calls = BlockingCalls(max_workers=4)
     barrier = threading.Barrier(4, timeout=5)
     # Four calls that can only finish together: they must be on four threads at once.
     results = await asyncio.gather(*(calls.run(barrier.wait) for _ in range(4)))
@@ -58,7 +58,7 @@ async def test_concurrent_calls_run_in_parallel_up_to_the_limit() -> None:
 
 
 async def test_an_abandoned_call_finishes_on_its_thread_and_later_calls_still_work() -> None:
-    calls = _ClientCalls(max_workers=2)
+    calls = BlockingCalls(max_workers=2)
     finished = threading.Event()
 
     def slow() -> str:
@@ -73,7 +73,7 @@ async def test_an_abandoned_call_finishes_on_its_thread_and_later_calls_still_wo
 
 
 def test_calls_from_several_event_loops_each_get_their_own_answer() -> None:
-    calls = _ClientCalls(max_workers=3)
+    calls = BlockingCalls(max_workers=3)
     answers: dict[int, list[int]] = {}
 
     def client_thread(number: int) -> None:

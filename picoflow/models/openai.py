@@ -28,6 +28,7 @@ from picoflow.models.common import (
 )
 from picoflow.models.registry import ModelProvider
 from picoflow.models.selection import ModelSelection
+from picoflow.threads import run_blocking
 
 _CHAT_PARAMS = frozenset(
     {"temperature", "top_p", "max_tokens", "max_completion_tokens", "timeout", "seed", "stop",
@@ -164,9 +165,9 @@ class OpenAIProvider(ModelProvider):
 
             if base_url:
                 options["base_url"] = base_url
-            return ChatOpenAI(model=selection.name, api_key=api_key, max_retries=CLIENT_RETRIES, **options)
+            return _threaded(ChatOpenAI)(model=selection.name, api_key=api_key, max_retries=CLIENT_RETRIES, **options)
         base_url = _with_bare_host_path(base_url or endpoint.default_base_url or "", endpoint.bare_host_path)
-        return _compatible_chat_class()(
+        return _threaded(_compatible_chat_class())(
             model=selection.name,
             # The OpenAI client insists on a key; a server that needs none (Ollama) ignores this one.
             api_key=api_key or "unused",
@@ -199,7 +200,7 @@ class OpenAIProvider(ModelProvider):
             )
         from langchain_openai import AzureChatOpenAI
 
-        return AzureChatOpenAI(
+        return _threaded(AzureChatOpenAI)(
             model=selection.name,
             azure_deployment=selection.name,
             azure_endpoint=azure_endpoint,
@@ -208,6 +209,27 @@ class OpenAIProvider(ModelProvider):
             max_retries=CLIENT_RETRIES,
             **options,
         )
+
+
+@functools.cache
+def _threaded(chat_class: type[BaseChatModel]) -> type[BaseChatModel]:
+    """``chat_class`` whose awaited calls run its synchronous OpenAI client on a worker thread.
+
+    Per call the synchronous client costs less CPU than the asynchronous one, and a first turn then never
+    imports the asynchronous network stack (anyio with its TLS streams): a tenth of a Lambda cold start. The
+    event loop stays free all the same, and the attempt's timeout still bounds the wait.
+    """
+
+    class Threaded(chat_class):  # type: ignore[misc, valid-type]
+        # The explicit signature matters: LangChain passes run_manager only to a method that declares it.
+        async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+            sync_manager = run_manager.get_sync() if run_manager is not None else None
+            return await run_blocking(
+                functools.partial(self._generate, messages, stop=stop, run_manager=sync_manager, **kwargs)
+            )
+
+    Threaded.__name__ = Threaded.__qualname__ = chat_class.__name__
+    return Threaded
 
 
 @functools.cache

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import os
-import queue
 import threading
 import time
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -34,6 +30,7 @@ from picoflow.errors import (
 )
 from picoflow.session.document import FlowDoc, SessionDoc, format_timestamp
 from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
+from picoflow.threads import run_blocking
 
 #: DynamoDB's item size limit; it counts attribute names as well as values.
 MAX_ITEM_BYTES = 400 * 1024
@@ -212,7 +209,7 @@ class DynamoDBSessionStore(SessionStore):
             return getattr(self._get_client(), method)(**request)
 
         try:
-            return await _CLIENT_CALLS.run(call)
+            return await run_blocking(call)
         except ClientError as exc:
             error = exc.response.get("Error", {})
             code = error.get("Code", "")
@@ -240,70 +237,6 @@ class DynamoDBSessionStore(SessionStore):
             raise SessionStoreError(operation, session_id, f"{type(exc).__name__}: {exc}") from exc
 
 
-class _ClientCalls:
-    """Runs blocking client calls on worker threads, so a store call never blocks the caller's event loop.
-
-    What ``asyncio.to_thread`` does — the awaiting task leaves its loop free, the call runs in a copy of the
-    caller's context, a call whose awaiter gave up (a deadline) still finishes on its thread — with less work
-    per call than going through an executor: idle workers wait on one queue, a new worker starts only when
-    every worker is busy (up to the default executor's limit; beyond it calls wait their turn), and the result
-    comes back to the loop in one thread-safe callback.
-    """
-
-    def __init__(self, max_workers: int | None = None) -> None:
-        self.max_workers = max_workers or min(32, (os.cpu_count() or 1) + 4)
-        self._lock = threading.Lock()
-        self._reset()
-
-    def _reset(self) -> None:
-        self._pid = os.getpid()
-        self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._workers = 0
-        self._idle = 0
-
-    async def run(self, call: Callable[[], Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        with self._lock:
-            if self._pid != os.getpid():
-                self._reset()  # a forked child has none of its parent's threads
-            if self._idle:
-                self._idle -= 1
-                start = False
-            else:
-                start = self._workers < self.max_workers
-                self._workers += start
-            self._queue.put((loop, future, call, contextvars.copy_context()))
-        if start:
-            threading.Thread(target=self._work, args=(self._queue,), name="picoflow-store", daemon=True).start()
-        return await future
-
-    def _work(self, calls: queue.SimpleQueue[tuple[Any, ...]]) -> None:
-        while True:
-            loop, future, call, context = calls.get()
-            try:
-                outcome = (context.run(call), None)
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, as an executor would
-                outcome = (None, exc)
-            with contextlib.suppress(RuntimeError):  # the loop closed while the call ran: nobody is waiting
-                loop.call_soon_threadsafe(_settle, future, *outcome)
-            del loop, future, call, context, outcome
-            with self._lock:
-                if calls is not self._queue:
-                    return  # left over from before a fork
-                self._idle += 1
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():
-        return  # the awaiting task gave up (cancelled, or timed out)
-    if error is None:
-        future.set_result(result)
-    else:
-        future.set_exception(error)
-
-
-_CLIENT_CALLS = _ClientCalls()
 
 
 def item_size(item: dict[str, dict[str, Any]]) -> int:
