@@ -209,7 +209,8 @@ def report(sides: list[Side], free_sides: list[Side], results: dict[str, dict[st
     return f"""{reps} measured conversations per implementation (after one warm-up each), interleaved; medians over all
 {reps * len(CONVERSATION)} turns (1-minute load average when the run began: {load_before:.1f}). The conversation of
 `turn_overhead.py` (20 user turns, 27 model calls), each model call a real `ChatOpenAI` request (PicoFlow:
-`OpenAIProvider`, async client; LangGraph: the graph's sync `invoke`) over HTTP/1.1 keep-alive on loopback to
+`OpenAIProvider`, awaited, its sync client on a worker thread; LangGraph: the graph's sync `invoke`) over
+HTTP/1.1 keep-alive on loopback to
 `benchmarks/replay_openai.py`, which runs in its own process, checks each request against the Chat Completions
 rules and answers with the conversation's replies (usage included). Sessions in DynamoDB Local, both boto3
 clients with PicoFlow's `CLIENT_CONFIG`.
