@@ -262,4 +262,4 @@ def _version() -> str:
     try:
         return version("picoflow-aws")
     except PackageNotFoundError:
-        return "0.1.0"
+        return "0+unknown"  # run from a source tree that was never installed: no metadata to read

@@ -14,7 +14,6 @@ from picoflow.models.bedrock import BedrockProvider
 from picoflow.models.google import GoogleProvider
 from picoflow.models.openai import OPENAI_COMPATIBLE, OpenAIProvider
 from picoflow.models.registry import ModelProvider, ProviderRegistry
-from picoflow.models.scripted import ScriptedProvider
 
 
 def default_registry(environ: Mapping[str, str] | None = None) -> ProviderRegistry:
@@ -38,5 +37,8 @@ def default_registry(environ: Mapping[str, str] | None = None) -> ProviderRegist
     registry = ProviderRegistry(providers)
     script_path = env.get("PICOFLOW_SCRIPT")
     if script_path:
+        # Imported only here: a deployment serving real models never needs the scripted one.
+        from picoflow.models.scripted import ScriptedProvider
+
         registry.override = ScriptedProvider.from_file(script_path)
     return registry
