@@ -262,4 +262,5 @@ def _version() -> str:
     try:
         return version("picoflow-aws")
     except PackageNotFoundError:
-        return "0+unknown"  # run from a source tree that was never installed: no metadata to read
+        # A source tree that was never installed; tests/test_packaging.py keeps this in step with pyproject.toml.
+        return "0.1.0"
