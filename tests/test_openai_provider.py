@@ -2,11 +2,14 @@
 
 import asyncio
 import threading
+import time
 from unittest.mock import patch
 
+import openai
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
+from picoflow.models.context import call_deadline
 from picoflow.models.openai import OpenAIProvider
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.selection import ModelSelection
@@ -135,3 +138,17 @@ async def test_an_awaited_call_runs_the_synchronous_client_on_a_worker_thread() 
     assert answer.content == "It is sunny in Oslo."
     assert len(threads) == 1 and threads[0] is not loop_thread
     assert ticks > 1  # the loop kept running other tasks during the call
+
+
+async def test_a_call_on_a_worker_thread_stops_waiting_at_the_calls_deadline() -> None:
+    """An abandoned call's thread must not wait on for the client's whole timeout (60 s by default)."""
+    with FakeOpenAIServer([_text_response()], delay=5) as server:
+        model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
+        token = call_deadline.set(time.monotonic() + 0.5)
+        started = time.monotonic()
+        try:
+            with pytest.raises(openai.APITimeoutError):
+                await model.ainvoke([HumanMessage(content="Weather in Oslo?")])
+        finally:
+            call_deadline.reset(token)
+        assert time.monotonic() - started < 2.5

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from picoflow.models.common import (
     env_value,
     usage_normalising,
 )
+from picoflow.models.context import call_deadline
 from picoflow.models.registry import ModelProvider
 from picoflow.models.selection import ModelSelection
 from picoflow.threads import run_blocking
@@ -211,6 +213,10 @@ class OpenAIProvider(ModelProvider):
         )
 
 
+# The shortest request timeout handed to the client, so a call made at its deadline fails fast instead of hanging.
+MIN_REQUEST_SECONDS = 0.05
+
+
 @functools.cache
 def _threaded(chat_class: type[BaseChatModel]) -> type[BaseChatModel]:
     """``chat_class`` whose awaited calls run its synchronous OpenAI client on a worker thread.
@@ -224,6 +230,10 @@ def _threaded(chat_class: type[BaseChatModel]) -> type[BaseChatModel]:
         # The explicit signature matters: LangChain passes run_manager only to a method that declares it.
         async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
             sync_manager = run_manager.get_sync() if run_manager is not None else None
+            deadline = call_deadline.get()
+            if deadline is not None and "timeout" not in kwargs:
+                # An abandoned call's thread then stops waiting when its caller did, not at the client's timeout.
+                kwargs["timeout"] = max(deadline - time.monotonic(), MIN_REQUEST_SECONDS)
             return await run_blocking(
                 functools.partial(self._generate, messages, stop=stop, run_manager=sync_manager, **kwargs)
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -55,12 +56,14 @@ def chat_completion(
 class FakeOpenAIServer:
     """Serves POST /v1/chat/completions from ``responses`` in order, on a free loopback port.
 
-    Each response is a body to return with status 200, or ``(status, body)``. ``requests`` holds the
-    parsed JSON bodies received and ``headers`` their headers. Use as a context manager.
+    Each response is a body to return with status 200, or ``(status, body)``, sent ``delay`` seconds after its
+    request arrived. ``requests`` holds the parsed JSON bodies received and ``headers`` their headers. Use as a
+    context manager.
     """
 
-    def __init__(self, responses: list[dict[str, Any] | tuple[int, dict[str, Any]]]) -> None:
+    def __init__(self, responses: list[dict[str, Any] | tuple[int, dict[str, Any]]], *, delay: float = 0.0) -> None:
         self._responses = list(responses)
+        self.delay = delay
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -105,7 +108,9 @@ class FakeOpenAIServer:
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
-                self._reply(*server._next(body, {k.lower(): v for k, v in self.headers.items()}))
+                reply = server._next(body, {k.lower(): v for k, v in self.headers.items()})
+                time.sleep(server.delay)
+                self._reply(*reply)
 
             def _reply(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()
