@@ -117,7 +117,6 @@ async def call_model(flow: Flow, step: Step, fallback: ModelSelection | None = N
 
 
 async def _recover(flow: Flow, step: Step, selection: ModelSelection, failure: _Failure) -> Any:
-    signal = cancellation_signal(flow)
     context = LlmErrorContext(
         kind=failure.kind,
         step_id=step.id,
@@ -127,19 +126,15 @@ async def _recover(flow: Flow, step: Step, selection: ModelSelection, failure: _
         stopped_because=failure.stopped_because,
         error=failure.error,
         last_response=failure.last_response,
-        signal=signal,
+        signal=cancellation_signal(flow),
     )
     answer = await recover_from_error(step, context)
-    # Cancellation wins over whatever a recovery hook produced meanwhile.
-    if signal is not None:
-        signal.raise_if_cancelled()
     if answer is None:
         raise failure.as_error() from failure.error
     return answer
 
 
 async def _blocked(flow: Flow, step: Step, selection: ModelSelection, block: Block) -> ModelOutcome:
-    signal = cancellation_signal(flow)
     flow.logger.warn("model call blocked by the provider", step=step.id, reason=block.reason, phase=block.phase)
     context = LlmBlockedContext(
         step_id=step.id,
@@ -149,12 +144,9 @@ async def _blocked(flow: Flow, step: Step, selection: ModelSelection, block: Blo
         raw_reason=block.raw_reason,
         phase=block.phase,
         details=block.details,
-        signal=signal,
+        signal=cancellation_signal(flow),
     )
-    answer = await handle_block(step, context)
-    if signal is not None:
-        signal.raise_if_cancelled()
-    return ModelOutcome(answer=answer)
+    return ModelOutcome(answer=await handle_block(step, context))
 
 
 async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: int) -> ModelOutcome | _Failure:

@@ -21,7 +21,9 @@ def should_retry(step: Step, context: LlmAttemptErrorContext) -> bool:
 async def recover_from_error(step: Step, context: LlmErrorContext) -> Any:
     """The first non-None answer of ``on_llm_error`` on the step, then on the flow."""
     answer = await step.on_llm_error(context)
-    return answer if answer is not None else await step.flow.on_llm_error(context)
+    if answer is None:
+        answer = await step.flow.on_llm_error(context)
+    return _unless_cancelled(context, answer)
 
 
 async def handle_block(step: Step, context: LlmBlockedContext) -> Any:
@@ -33,4 +35,11 @@ async def handle_block(step: Step, context: LlmBlockedContext) -> Any:
         raise LlmBlockedError(context)
     if isinstance(answer, RetryWithModel):
         raise PicoFlowError("on_llm_blocked() cannot switch models; return a safe reply or a route instead.")
+    return _unless_cancelled(context, answer)
+
+
+def _unless_cancelled(context: LlmErrorContext | LlmBlockedContext, answer: Any) -> Any:
+    # A cancelled parallel worker stops here, whatever its hooks answered meanwhile.
+    if context.signal is not None:
+        context.signal.raise_if_cancelled()
     return answer
