@@ -152,9 +152,10 @@ def main() -> None:
             "dynamodb", endpoint_url=endpoint, region_name=REGION, config=CLIENT_CONFIG
         )
         create_table(client, table)
+        store = DynamoDBSessionStore(table, endpoint_url=endpoint, region_name=REGION)
         exit_saver, default_saver = dynamodb_saver(endpoint), dynamodb_saver(endpoint)
         sides = [
-            picoflow_side("PicoFlow", DynamoDBSessionStore(table, client=client), StorageMeter(client), url, control),
+            picoflow_side("PicoFlow", store, StorageMeter(store.client), url, control),
             langgraph_side("LangGraph, compressed, durability=exit", exit_saver, StorageMeter(exit_saver.client),
                            "exit", url, control),
             langgraph_side("LangGraph, compressed (default durability)", default_saver,

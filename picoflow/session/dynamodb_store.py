@@ -16,11 +16,13 @@ import threading
 import time
 import zlib
 from typing import Any
+from urllib.parse import urlsplit
 
-import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.utils import get_environ_proxies
 
 from picoflow.errors import (
     SessionConflictError,
@@ -29,6 +31,7 @@ from picoflow.errors import (
     SessionTooLargeError,
 )
 from picoflow.session.document import FlowDoc, SessionDoc, format_timestamp
+from picoflow.session.dynamodb_wire import DynamoDBWire
 from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
 from picoflow.threads import run_blocking
 
@@ -37,6 +40,10 @@ MAX_ITEM_BYTES = 400 * 1024
 
 COMPRESSION_LEVEL = 6
 
+CONNECT_TIMEOUT_SECONDS = 2
+READ_TIMEOUT_SECONDS = 5
+MAX_ATTEMPTS = 3
+
 # Throttling and connection errors are retried with jittered exponential backoff, then surface as a 503
 # SessionStoreError. botocore's ``max_attempts`` counts retries only, so the budget is spelled with
 # ``total_max_attempts``: 3 attempts in all, whose throttling backoff is at most 1 s + 2 s, which keeps a turn's
@@ -44,11 +51,14 @@ COMPRESSION_LEVEL = 6
 # The store builds every request itself, so botocore's client-side parameter validation only re-checks our own
 # code on each call; DynamoDB still validates every request it receives.
 CLIENT_CONFIG = Config(
-    connect_timeout=2,
-    read_timeout=5,
-    retries={"mode": "standard", "total_max_attempts": 3},
+    connect_timeout=CONNECT_TIMEOUT_SECONDS,
+    read_timeout=READ_TIMEOUT_SECONDS,
+    retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
     parameter_validation=False,
 )
+
+# The client methods behind each operation, when the requests go through botocore (a given client, a proxy).
+_METHODS = {"GetItem": "get_item", "PutItem": "put_item", "DeleteItem": "delete_item"}
 
 _UNAVAILABLE_CODES = frozenset(
     {
@@ -64,8 +74,11 @@ _UNAVAILABLE_CODES = frozenset(
 class DynamoDBSessionStore(SessionStore):
     """Session documents in a DynamoDB table keyed by ``id`` (S), with compare-and-swap on ``revision``.
 
-    Pass ``client`` to reuse a configured low-level client; otherwise one is created on first use
-    from ``endpoint_url`` and ``region_name`` (and the usual AWS environment). With ``ttl_seconds``
+    Without ``client`` the store resolves endpoint, region and credentials as a boto3 client would (from
+    ``endpoint_url``, ``region_name`` and the usual AWS environment) and sends its requests itself
+    (``DynamoDBWire``: the same signed requests and retry policy for a fraction of the CPU), unless a proxy is
+    configured. Pass ``client`` to send every request through that low-level client instead (its
+    configuration, stubs and event hooks all apply). With ``ttl_seconds``
     every write stamps ``expiresAt`` so DynamoDB TTL can remove abandoned sessions.
 
     ``max_document_bytes`` (the item size, names included) defaults to DynamoDB's 400 KB item limit;
@@ -89,6 +102,7 @@ class DynamoDBSessionStore(SessionStore):
         self.ttl_seconds = ttl_seconds
         self._client = client
         self._owns_client = client is None
+        self._wire: DynamoDBWire | None = None
         self._client_lock = threading.Lock()
 
     async def load(self, session_id: str) -> SessionDoc | None:
@@ -98,7 +112,7 @@ class DynamoDBSessionStore(SessionStore):
         response = await self._call(
             "load",
             session_id,
-            "get_item",
+            "GetItem",
             TableName=self.table_name,
             Key={"id": {"S": session_id}},
             ConsistentRead=True,
@@ -123,7 +137,7 @@ class DynamoDBSessionStore(SessionStore):
         await self._call(
             "create",
             doc.id,
-            "put_item",
+            "PutItem",
             TableName=self.table_name,
             Item=item,
             ConditionExpression="attribute_not_exists(id)",
@@ -136,7 +150,7 @@ class DynamoDBSessionStore(SessionStore):
         await self._call(
             "save",
             written.id,
-            "put_item",
+            "PutItem",
             TableName=self.table_name,
             Item=item,
             ConditionExpression="#rev = :expected AND #flow = :flow",
@@ -156,15 +170,24 @@ class DynamoDBSessionStore(SessionStore):
             request["ConditionExpression"] = "#rev = :expected"
             request["ExpressionAttributeNames"] = {"#rev": "revision"}
             request["ExpressionAttributeValues"] = {":expected": {"N": str(expected_revision)}}
-        await self._call("delete", session_id, "delete_item", **request)
+        await self._call("delete", session_id, "DeleteItem", **request)
 
     async def close(self) -> None:
         if not self._owns_client:
             return
         with self._client_lock:
             client, self._client = self._client, None
+            wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.close()
         if client is not None:
             await asyncio.to_thread(client.close)
+
+    @property
+    def client(self) -> Any:
+        """The low-level DynamoDB client (created on first use); the requests the store sends itself are
+        offered to its ``before-send`` event hooks, with lower-case header names."""
+        return self._get_client()
 
     def stored_size(self, doc: SessionDoc) -> int:
         """Bytes of the DynamoDB item for ``doc``: attribute names plus values, with the document compressed."""
@@ -197,16 +220,34 @@ class DynamoDBSessionStore(SessionStore):
     def _get_client(self) -> Any:
         with self._client_lock:
             if self._client is None:
-                # A private session: boto3's default session is not safe to share between threads.
-                session = boto3.session.Session()
-                self._client = session.client(
+                # A private session: the default session is not safe to share between threads.
+                session = botocore.session.Session()
+                self._client = session.create_client(
                     "dynamodb", endpoint_url=self.endpoint_url, region_name=self.region_name, config=CLIENT_CONFIG
                 )
+                url = self._client.meta.endpoint_url
+                # The wire speaks to the endpoint directly; through a proxy, botocore does the talking.
+                if urlsplit(url).scheme not in get_environ_proxies(url):
+                    self._wire = DynamoDBWire(
+                        self._client,
+                        session.get_credentials(),
+                        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                        read_timeout=READ_TIMEOUT_SECONDS,
+                        max_attempts=MAX_ATTEMPTS,
+                        ca_bundle=session.get_config_variable("ca_bundle"),
+                    )
             return self._client
 
-    async def _call(self, operation: str, session_id: str, method: str, **request: Any) -> dict[str, Any]:
+    def _send(self, action: str, request: dict[str, Any]) -> dict[str, Any]:
+        client = self._get_client()
+        wire = self._wire
+        if wire is not None:
+            return wire.call(action, request)
+        return getattr(client, _METHODS[action])(**request)
+
+    async def _call(self, operation: str, session_id: str, action: str, **request: Any) -> dict[str, Any]:
         def call() -> dict[str, Any]:
-            return getattr(self._get_client(), method)(**request)
+            return self._send(action, request)
 
         try:
             return await run_blocking(call)
@@ -231,7 +272,7 @@ class DynamoDBSessionStore(SessionStore):
         except HTTPClientError as exc:
             # Sent, then no answer (read timeout, connection dropped): a write may have landed all the same.
             raise SessionStoreError(
-                operation, session_id, f"{type(exc).__name__}: {exc}", status_code=503, ambiguous=method != "get_item"
+                operation, session_id, f"{type(exc).__name__}: {exc}", status_code=503, ambiguous=action != "GetItem"
             ) from exc
         except BotoCoreError as exc:
             raise SessionStoreError(operation, session_id, f"{type(exc).__name__}: {exc}") from exc
