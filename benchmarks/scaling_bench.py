@@ -74,11 +74,16 @@ class Run:
     stored: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
-def new_run(label: str, client: Any, table: str, turns: int) -> Run:
+def new_run(label: str, client: Any, table: str, turns: int, endpoint: str | None = None) -> Run:
     meter = CpuMeter()
     engine = FlowEngine(
         flows=[CompactedFlow],
-        session_store=DynamoDBSessionStore(table, client=client),
+        # On DynamoDB Local the store builds its own client as a deployment does; `client` reads the items back.
+        session_store=(
+            DynamoDBSessionStore(table, endpoint_url=endpoint, region_name=REGION)
+            if endpoint
+            else DynamoDBSessionStore(table, client=client)
+        ),
         providers=ProviderRegistry(override=MeteredProvider(script(turns), meter)),
         retry_delay=0,
     )
@@ -125,7 +130,7 @@ def main() -> None:
         table = f"picoflow-scaling-{uuid.uuid4().hex[:8]}"
         create_table(client, table)
         runs = [
-            new_run("DynamoDB Local", client, table, args.turns),
+            new_run("DynamoDB Local", client, table, args.turns, endpoint),
             new_run("store calls free", FreeDynamoDBClient(), "free", args.turns),
         ]
         for number in range(1, args.turns + 1):

@@ -19,10 +19,15 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 
 from picoflow.session.dynamodb_store import CLIENT_CONFIG, MAX_ATTEMPTS, DynamoDBSessionStore
-from picoflow.session.dynamodb_wire import DynamoDBWire
+from picoflow.session.dynamodb_wire import DynamoDBWire, UnreadableAnswerError
 from tests.support.dynamodb_local import DUMMY_AWS_ENV, REGION, DynamoTable, free_port
 from tests.support.faulty_dynamodb import FaultyDynamoDB
 
@@ -268,6 +273,9 @@ def test_a_cut_off_or_garbled_answer_is_a_connection_closed_error(scripted: type
         wire.call("GetItem", {"TableName": "t", "Key": {"id": {"S": "a"}}})
     server.answers = [(200, {"framing": "garbage"}, b"SSH-2.0-OpenSSH\r\n\r\n")]
     with pytest.raises(ConnectionClosedError):
+        wire.call("GetItem", {"TableName": "t", "Key": {"id": {"S": "a"}}})
+    server.answers = [(200, {}, b"<html>a captive portal</html>")]
+    with pytest.raises(UnreadableAnswerError):
         wire.call("GetItem", {"TableName": "t", "Key": {"id": {"S": "a"}}})
 
 

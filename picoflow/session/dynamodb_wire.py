@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from botocore.awsrequest import AWSPreparedRequest
 from botocore.exceptions import (
+    BotoCoreError,
     ClientError,
     ConnectionClosedError,
     ConnectTimeoutError,
@@ -70,6 +71,12 @@ MAX_BACKOFF_SECONDS = 20.0
 MAX_RETRY_AFTER_EXTRA_SECONDS = 5.0
 MAX_LINE_BYTES = 65536
 MAX_HEADERS = 100
+
+
+class UnreadableAnswerError(BotoCoreError):
+    """A successful answer whose body is not DynamoDB's JSON (what botocore's parser would refuse)."""
+
+    fmt = "Unreadable DynamoDB answer: {reason}"
 
 
 class DynamoDBWire:
@@ -121,7 +128,7 @@ class DynamoDBWire:
         while True:
             status, headers, data, error = self._attempt(operation, body)
             if error is None and status < 300 and _crc_matches(headers, data):
-                return _decode(json.loads(data) if data else {})
+                return _decode(_answer(data))
             if error is None:
                 error = _client_error(operation, status, headers, data)
             code = error.response["Error"]["Code"] if isinstance(error, ClientError) else ""
@@ -270,6 +277,16 @@ def _base64(value: Any) -> str:
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode("ascii")
     raise TypeError(f"{type(value).__name__} is not a DynamoDB request value")
+
+
+def _answer(data: bytes) -> dict[str, Any]:
+    try:
+        answer = json.loads(data) if data else {}
+    except ValueError as exc:
+        raise UnreadableAnswerError(reason=str(exc)) from exc
+    if not isinstance(answer, dict):
+        raise UnreadableAnswerError(reason="not a JSON object")
+    return answer
 
 
 def _decode(answer: dict[str, Any]) -> dict[str, Any]:
