@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import gc
 import json
 import math
 import os
@@ -266,6 +267,8 @@ def run_conversation(side: Side) -> list[TurnStat]:
     side.new_conversation()
     side.meter.take()
     side.model_meter.take()
+    # Untimed: no side's turns pay for collecting the garbage the side before it left.
+    gc.collect()
     session: str | None = None
     stats: list[TurnStat] = []
     for number, turn in enumerate(CONVERSATION, start=1):
@@ -500,7 +503,8 @@ Requests in one conversation (20 turns):
 {operations}
 
 What is measured: CPU is `time.process_time()` around each turn (all threads of the benchmark process: model,
-framework, serialization, the DynamoDB requests; DynamoDB Local runs in its own process). Requests are the
+framework, serialization, the DynamoDB requests; DynamoDB Local runs in its own process), with an untimed full
+garbage collection before each conversation. Requests are the
 `before-send` events of each side's DynamoDB client (PicoFlow's store signs and sends its own requests and offers
 each to its client's hooks; LangGraph's saver calls boto3); write bytes are the request bodies of PutItem / UpdateItem /
 BatchWriteItem / TransactWriteItems; write units are ceil(item bytes / 1 KB) summed over the items written
