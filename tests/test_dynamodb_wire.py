@@ -323,3 +323,19 @@ async def test_behind_a_proxy_the_store_sends_through_botocore(
     assert headers["x-amz-target"] == "DynamoDB_20120810.GetItem"
     assert headers["host"] == "dynamodb.example.invalid"
     await store.close()
+
+
+@pytest.mark.parametrize("directly", [True, False])
+async def test_send_directly_chooses_who_sends_the_requests(dynamodb_local_table: DynamoTable, directly: bool) -> None:
+    store = dynamodb_local_table.store()
+    store.send_directly = directly
+    calls: list[str] = []
+    sends: list[str] = []
+    # botocore announces an API call (before-call) only when it makes the call itself; both paths announce the send.
+    store.client.meta.events.register("before-call.dynamodb", lambda model, **_: calls.append(model.name))
+    store.client.meta.events.register("before-send.dynamodb", lambda request, **_: sends.append(request.method))
+    doc = await store.create({"name": "Flow", "id": "f"})
+    assert (await store.load(doc.id)).id == doc.id
+    assert sends == ["POST", "POST"]
+    assert calls == ([] if directly else ["PutItem", "GetItem"])
+    await store.close()

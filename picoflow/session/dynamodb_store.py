@@ -77,8 +77,8 @@ class DynamoDBSessionStore(SessionStore):
     Without ``client`` the store resolves endpoint, region and credentials as a boto3 client would (from
     ``endpoint_url``, ``region_name`` and the usual AWS environment) and sends its requests itself
     (``DynamoDBWire``: the same signed requests and retry policy for a fraction of the CPU), unless a proxy is
-    configured. Pass ``client`` to send every request through that low-level client instead (its
-    configuration, stubs and event hooks all apply). With ``ttl_seconds``
+    configured or ``send_directly`` is False. Pass ``client`` to send every request through that low-level
+    client instead (its configuration, stubs and event hooks all apply). With ``ttl_seconds``
     every write stamps ``expiresAt`` so DynamoDB TTL can remove abandoned sessions.
 
     ``max_document_bytes`` (the item size, names included) defaults to DynamoDB's 400 KB item limit;
@@ -86,6 +86,9 @@ class DynamoDBSessionStore(SessionStore):
     """
 
     max_document_bytes: int | None = MAX_ITEM_BYTES
+    #: False sends every request through the botocore client, e.g. for instrumentation that patches botocore
+    #: (the Lambda handler sets it when X-Ray tracing is on). Read when the client is first built.
+    send_directly: bool = True
 
     def __init__(
         self,
@@ -227,7 +230,7 @@ class DynamoDBSessionStore(SessionStore):
                 )
                 url = self._client.meta.endpoint_url
                 # The wire speaks to the endpoint directly; through a proxy, botocore does the talking.
-                if urlsplit(url).scheme not in get_environ_proxies(url):
+                if self.send_directly and urlsplit(url).scheme not in get_environ_proxies(url):
                     self._wire = DynamoDBWire(
                         self._client,
                         session.get_credentials(),
