@@ -4,13 +4,16 @@ botocore's standard mode retries, and failing with botocore's exception types.""
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import json
+import ssl
 import threading
 import time
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import botocore.auth
@@ -25,6 +28,10 @@ from botocore.exceptions import (
     EndpointConnectionError,
     ReadTimeoutError,
 )
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from picoflow.session.dynamodb_store import CLIENT_CONFIG, MAX_ATTEMPTS, DynamoDBSessionStore
 from picoflow.session.dynamodb_wire import DynamoDBWire, UnreadableAnswerError
@@ -339,3 +346,54 @@ async def test_send_directly_chooses_who_sends_the_requests(dynamodb_local_table
     assert sends == ["POST", "POST"]
     assert calls == ([] if directly else ["PutItem", "GetItem"])
     await store.close()
+
+
+def self_signed_certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+def test_https_endpoints_are_verified_against_the_ca_bundle(scripted: type[Scripted], tmp_path: Path) -> None:
+    cert, key = self_signed_certificate(tmp_path)
+    server = scripted([(200, {}, b'{"Item": {"id": {"S": "a"}}}')])
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+    url = server.url.replace("http://", "https://")
+    client = botocore.session.Session().create_client(
+        "dynamodb", endpoint_url=url, region_name=REGION, aws_access_key_id="a", aws_secret_access_key="b"
+    )
+
+    def wire(ca_bundle: str | None) -> DynamoDBWire:
+        return DynamoDBWire(client, KEYS, connect_timeout=2, read_timeout=5, max_attempts=1, ca_bundle=ca_bundle)
+
+    trusted = wire(str(cert))
+    assert trusted.call("GetItem", {"TableName": "t", "Key": {"id": {"S": "a"}}}) == {"Item": {"id": {"S": "a"}}}
+    assert trusted.call("GetItem", {"TableName": "t", "Key": {"id": {"S": "a"}}}) == {}  # the kept connection
+    assert len(server.connections) == 1
+    # The default bundle does not know this certificate: no request is sent over an unverified connection.
+    with pytest.raises(EndpointConnectionError):
+        wire(None).call("GetItem", {"TableName": "t", "Key": {"id": {"S": "a"}}})
+    assert len(server.requests) == 2
