@@ -55,7 +55,6 @@ if TYPE_CHECKING:
         RunStepRequest,
         StateChannel,
         StepChannels,
-        direct_result,
     )
     from picoflow.prompts import load_prompt, prompt, render
     from picoflow.recovery import (
@@ -74,7 +73,7 @@ if TYPE_CHECKING:
     from picoflow.session.store import SessionStore
     from picoflow.step import LogicStep, Step, TerminateSessionStep
     from picoflow.tools import ToolSpec, tool, tools
-    from picoflow.transitions import Transition, direct, direct_to, finish, go, stay
+    from picoflow.transitions import Transition, direct, direct_result, direct_to, finish, go, stay
 
     __version__: str
 
@@ -139,7 +138,7 @@ _EXPORTS: dict[str, str] = {
     "ToolSpec": "picoflow.tools",
     "Transition": "picoflow.transitions",
     "direct": "picoflow.transitions",
-    "direct_result": "picoflow.parallel",
+    "direct_result": "picoflow.transitions",
     "direct_to": "picoflow.transitions",
     "finish": "picoflow.transitions",
     "go": "picoflow.transitions",

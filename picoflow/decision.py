@@ -1,7 +1,8 @@
 """Typed, non-generative decisions: questions (choice, score, noul), answers and their validation,
-the conversation a decision reads, the provider contract, the hooks' contexts and the built-in providers.
+the provider contract, the hooks' contexts and the built-in providers.
 
-A ``DecisionStep`` (``picoflow.decision_step``) asks a provider these questions; the turn runs the call.
+A ``DecisionStep`` (``picoflow.decision_step``) asks a provider these questions about the conversation
+``picoflow.conversation`` reads; the turn runs the call.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model, field_validator
 
 from picoflow.errors import DecisionValidationError, PicoFlowError
-from picoflow.messages import CONTINUE_PREFIX, EMPTY_RESPONSE_NUDGE, OPENER_TEXT, content_text
 from picoflow.models.selection import ModelSelection
 from picoflow.session.document import TokenUsage
 from picoflow.tokens import usage_from_message
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 #: Fact keys the framework fills in from the conversation.
 RESERVED_FACT_KEYS = frozenset({"request", "priorRequests"})
-DEFAULT_MAX_PRIOR_REQUESTS = 4
 # Probability distributions may be rounded by the provider; this much drift from 1 is accepted.
 PROBABILITY_TOLERANCE = 0.01
 #: Attempts after the first one when a decision call fails transiently (0: a single attempt).
@@ -193,41 +192,6 @@ def _check_distribution(values: Iterable[float], fail: Any) -> None:
         raise fail("every probability must lie in [0, 1]")
     if abs(sum(values) - 1.0) > PROBABILITY_TOLERANCE:
         raise fail(f"probabilities sum to {sum(values):.4f}, not 1")
-
-
-# -- conversation ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DecisionConversation:
-    """The newest human request of a namespace and up to N earlier ones, oldest first."""
-
-    request: str = ""
-    prior_requests: tuple[str, ...] = ()
-
-    def as_state(self) -> dict[str, Any]:
-        """The framework-owned part of a decision's input state."""
-        return {"request": self.request, "priorRequests": list(self.prior_requests)}
-
-
-def read_conversation(
-    messages: Sequence[BaseMessage], step_names: Iterable[str], max_prior_requests: int = DEFAULT_MAX_PRIOR_REQUESTS
-) -> DecisionConversation:
-    """The human requests in ``messages``, leaving out the navigation messages the framework writes."""
-    if isinstance(max_prior_requests, bool) or not isinstance(max_prior_requests, int) or max_prior_requests < 0:
-        raise PicoFlowError("max_prior_requests must be a non-negative integer.")
-    # The framework's own human messages (the opener of a step entered with nothing to say, the hand-over into
-    # a logic step, the nudge after an empty answer) are navigation, not something the user asked.
-    navigation = {OPENER_TEXT, EMPTY_RESPONSE_NUDGE, *(f"{CONTINUE_PREFIX}{name}" for name in step_names)}
-    requests = [
-        text
-        for message in messages
-        if isinstance(message, HumanMessage) and (text := content_text(message.content)) not in navigation
-    ]
-    if not requests:
-        return DecisionConversation()
-    earlier = requests[:-1][-max_prior_requests:] if max_prior_requests else []
-    return DecisionConversation(request=requests[-1], prior_requests=tuple(earlier))
 
 
 # -- provider contract -------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS
 from picoflow.decision import (
-    DEFAULT_MAX_PRIOR_REQUESTS,
     Answer,
     DecisionConfig,
     DecisionContext,

@@ -10,10 +10,9 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from picoflow.compaction import compact_history
-from picoflow.decision import DecisionProvider
 from picoflow.errors import (
     RETRY_AFTER_SECONDS,
     BadRequestError,
@@ -56,6 +55,9 @@ from picoflow.tokens import add_usage
 from picoflow.turn.deadline import READ_BACK_SECONDS, current_deadline, turn_deadline
 from picoflow.turn.loop import run_turn
 from picoflow.turn.runtime import TurnRuntime
+
+if TYPE_CHECKING:
+    from picoflow.decision import DecisionProvider
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # Compaction is forced once a document reaches this share of the store's size limit.

@@ -10,13 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from picoflow.batch import BatchInvoker, http_invoker
-from picoflow.decision import (
-    DEFAULT_MAX_PRIOR_REQUESTS,
-    DecisionConversation,
-    DecisionErrorContext,
-    read_conversation,
-)
+from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS, DecisionConversation, read_conversation
 from picoflow.errors import PicoFlowError
 from picoflow.execution import execution_frames, worker_view
 from picoflow.logger import SessionLogger
@@ -30,6 +24,8 @@ from picoflow.tools import ToolSpec
 from picoflow.transitions import step_name
 
 if TYPE_CHECKING:
+    from picoflow.batch import BatchInvoker
+    from picoflow.decision import DecisionErrorContext
     from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
     from picoflow.results import RunResponse
 
@@ -155,7 +151,13 @@ class Flow:
             raise PicoFlowError("concurrent_steps() needs a batch_size of at least 1.")
         if invoke is None:
             self_url = os.environ.get("SELF_URL")
-            invoke = http_invoker(self_url) if self_url else self._turn().start_session
+            if self_url:
+                # Imported here: only a batch coordinator that starts its sessions over HTTP needs it.
+                from picoflow.batch import http_invoker
+
+                invoke = http_invoker(self_url)
+            else:
+                invoke = self._turn().start_session
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
             responses = await asyncio.gather(*(invoke(self.id, message, on_config(item)) for item in batch))

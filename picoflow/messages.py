@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from picoflow.protocols import Named
 from picoflow.session.document import MessageDoc, ToolCallDoc, format_timestamp
@@ -86,6 +86,9 @@ class AiMessageEx(AIMessage):
 class ToolMessageEx(ToolMessage):
     """A tool result attributed to the step whose handler produced it."""
 
+    # Validation is built on first use: a turn without tool calls never needs it.
+    model_config = ConfigDict(defer_build=True)
+
     def __init__(self, owner: Named | str, content: str, tool_call_id: str, **kwargs: Any) -> None:
         kwargs.setdefault("id", gen_message_id(owner))
         super().__init__(content=content, tool_call_id=tool_call_id, **kwargs)
@@ -93,6 +96,9 @@ class ToolMessageEx(ToolMessage):
 
 class DirectMessage(AIMessage):
     """An AI message returned to the caller verbatim, without another model call."""
+
+    # Validation is built on first use: a turn without a direct reply never needs it.
+    model_config = ConfigDict(defer_build=True)
 
     def __init__(self, owner: Named | str, content: Any, **kwargs: Any) -> None:
         text = content if isinstance(content, str) else json.dumps(content)

@@ -109,19 +109,6 @@ class ParallelBatchResult:
         return tuple(branch for branch in self.branches if branch.status == "rejected")
 
 
-@dataclass(frozen=True)
-class DirectResult:
-    """A worker tool's answer that ends the worker with ``value`` as its output (no further model call)."""
-
-    value: Any
-
-
-def direct_result(value: Any) -> DirectResult:
-    """From a tool handler of a ``run_steps()`` worker: stop that worker and use ``value`` as its output."""
-    check_json(value, "The direct_result() value")
-    return DirectResult(copy.deepcopy(value))
-
-
 def check_json(value: Any, what: str) -> None:
     """Raise ``ParallelExecutionError`` unless ``value`` is plain JSON data."""
     try:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import AIMessage
 
 from picoflow.errors import PicoFlowError
 from picoflow.models.selection import ModelSelection
-from picoflow.parallel import CancellationSignal
+
+if TYPE_CHECKING:
+    from picoflow.parallel import CancellationSignal
 
 # finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
 BLOCKED_FINISH_REASONS = frozenset({"content_filter", "safety", "prohibited_content", "blocklist", "spii"})

@@ -13,15 +13,6 @@ from pydantic import BaseModel
 from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.selection import ModelSelection
-from picoflow.parallel import (
-    CancellationSignal,
-    Checkpoint,
-    FailurePolicy,
-    ParallelBatchResult,
-    ParallelInvocation,
-    RunStepRequest,
-    StateChannel,
-)
 from picoflow.protocols import FlowLike, Worker
 from picoflow.recovery import (
     LlmAttemptErrorContext,
@@ -38,6 +29,16 @@ from picoflow.wire import PLAIN_TEXT
 
 if TYPE_CHECKING:
     from langchain_core.messages import AIMessage
+
+    from picoflow.parallel import (
+        CancellationSignal,
+        Checkpoint,
+        FailurePolicy,
+        ParallelBatchResult,
+        ParallelInvocation,
+        RunStepRequest,
+        StateChannel,
+    )
 
 TRANSIENT_KEY = "_transient"
 PROMPT_KEY = "_prompt"

@@ -1,7 +1,9 @@
-"""Transitions returned by tool handlers, logic steps and ``on_response``: ``go``, ``stay``, ``direct``."""
+"""Transitions returned by tool handlers, logic steps and ``on_response``: ``go``, ``stay``, ``direct``;
+and ``direct_result``, with which a worker's tool handler ends the worker."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -92,6 +94,22 @@ def finish(content: Any) -> Transition:
     owner = step.id if step else "finish"
     # An empty step name keeps the cursor wherever it is.
     return Transition(step="", message=DirectMessage(owner, content), finish=True)
+
+
+@dataclass(frozen=True)
+class DirectResult:
+    """A worker tool's answer that ends the worker with ``value`` as its output (no further model call)."""
+
+    value: Any
+
+
+def direct_result(value: Any) -> DirectResult:
+    """From a tool handler of a ``run_steps()`` worker: stop that worker and use ``value`` as its output."""
+    # Imported here: only run_steps() workers return direct results, and the parallel machinery is theirs.
+    from picoflow.parallel import check_json
+
+    check_json(value, "The direct_result() value")
+    return DirectResult(copy.deepcopy(value))
 
 
 def as_transition(value: Any) -> Transition | None:

@@ -35,7 +35,8 @@ from picoflow import (
     go,
     tool,
 )
-from picoflow.decision import ChatDecisionProvider, read_conversation
+from picoflow.conversation import read_conversation
+from picoflow.decision import ChatDecisionProvider
 from picoflow.errors import public_message
 from picoflow.messages import AiMessageEx
 from picoflow.models.registry import ProviderRegistry

@@ -140,6 +140,35 @@ async def test_an_awaited_call_runs_the_synchronous_client_on_a_worker_thread() 
     assert ticks > 1  # the loop kept running other tasks during the call
 
 
+async def test_the_asynchronous_client_is_built_only_when_something_streams() -> None:
+    """Awaited calls never need it; a stream builds it once, configured like the synchronous client."""
+    server = FakeOpenAIServer([_text_response(), _text_response()])
+    with server, patch.object(openai, "AsyncOpenAI", wraps=openai.AsyncOpenAI) as built:
+        model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
+        answer = await model.ainvoke([HumanMessage(content="Weather in Oslo?")])
+        assert not built.called
+        chunks = [chunk async for chunk in model.astream([HumanMessage(content="Weather in Oslo?")])]
+        assert built.call_count == 1
+
+    assert answer.content == "It is sunny in Oslo."
+    assert "".join(chunk.content for chunk in chunks) == "It is sunny in Oslo."
+    assert server.requests[1]["stream"] is True and "stream_options" not in server.requests[1]
+    assert server.headers[1]["authorization"] == "Bearer test-key"
+    assert model.root_async_client.max_retries == 0
+    assert model.root_async_client.timeout == 60
+
+
+def test_streams_from_openais_and_azures_own_endpoints_carry_usage() -> None:
+    assert OpenAIProvider(api_key="k").chat_model(SELECTION).stream_usage is True
+    assert not OpenAIProvider(api_key="k", base_url="http://127.0.0.1:9/v1").chat_model(SELECTION).stream_usage
+    azure = OpenAIProvider(
+        api_key="k", base_url="https://example.openai.azure.com/", name="azure-openai", api_version="2024-10-21"
+    )
+    assert azure.chat_model(ModelSelection(provider="azure-openai", name="prod-gpt-4o")).stream_usage is True
+    deepseek = OpenAIProvider(api_key="k", name="deepseek")
+    assert not deepseek.chat_model(ModelSelection(provider="deepseek", name="deepseek-chat")).stream_usage
+
+
 async def test_a_call_on_a_worker_thread_stops_waiting_at_the_calls_deadline() -> None:
     """An abandoned call's thread must not wait on for the client's whole timeout (60 s by default)."""
     with FakeOpenAIServer([_text_response()], delay=5) as server:

@@ -10,7 +10,7 @@ import functools
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -167,9 +167,13 @@ class OpenAIProvider(ModelProvider):
 
             if base_url:
                 options["base_url"] = base_url
-            return _threaded(ChatOpenAI)(model=selection.name, api_key=api_key, max_retries=CLIENT_RETRIES, **options)
+            else:
+                # OpenAI's own endpoint reports usage in streams; see _built for why this is set here.
+                options["stream_usage"] = True
+            return _built(ChatOpenAI, model=selection.name, api_key=api_key, max_retries=CLIENT_RETRIES, **options)
         base_url = _with_bare_host_path(base_url or endpoint.default_base_url or "", endpoint.bare_host_path)
-        return _threaded(_compatible_chat_class())(
+        return _built(
+            _compatible_chat_class(),
             model=selection.name,
             # The OpenAI client insists on a key; a server that needs none (Ollama) ignores this one.
             api_key=api_key or "unused",
@@ -202,7 +206,10 @@ class OpenAIProvider(ModelProvider):
             )
         from langchain_openai import AzureChatOpenAI
 
-        return _threaded(AzureChatOpenAI)(
+        # Azure's endpoint reports usage in streams; see _built for why this is set here.
+        options.setdefault("stream_usage", True)
+        return _built(
+            AzureChatOpenAI,
             model=selection.name,
             azure_deployment=selection.name,
             azure_endpoint=azure_endpoint,
@@ -215,6 +222,37 @@ class OpenAIProvider(ModelProvider):
 
 # The shortest request timeout handed to the client, so a call made at its deadline fails fast instead of hanging.
 MIN_REQUEST_SECONDS = 0.05
+
+
+def _built(chat_class: type[BaseChatModel], **options: Any) -> BaseChatModel:
+    """``_threaded(chat_class)(**options)`` whose asynchronous client is built only if something uses it.
+
+    Awaited calls take the synchronous client, so the asynchronous one, with a TLS context of its own to load,
+    is left to streaming and LangChain's other asynchronous paths: a plain ``chat_class(**options)`` builds it
+    the first time one of them reads it, configured like the synchronous one. Supplying a client also turns off
+    LangChain's default of usage in streams from OpenAI's and Azure's own endpoints, which the provider
+    therefore sets itself.
+    """
+    twin = functools.cache(lambda: chat_class(**options))
+    return _threaded(chat_class)(
+        **options,
+        async_client=_BuiltOnFirstUse(lambda: twin().async_client),
+        root_async_client=_BuiltOnFirstUse(lambda: twin().root_async_client),
+    )
+
+
+class _BuiltOnFirstUse:
+    """Stands in for a client: ``build()`` makes the real one when an attribute of it is first read."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
+
+    def __getattr__(self, name: str) -> Any:
+        build = self.__dict__.get("_build")
+        # Special names (copying, pickling, introspection) and a half-made copy never build the client.
+        if build is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(build(), name)
 
 
 @functools.cache

@@ -4,26 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from picoflow.decision import DecisionProvider
-from picoflow.decision_step import DecisionStep
 from picoflow.flow import Flow
 from picoflow.models.registry import ProviderRegistry
-from picoflow.parallel import ParallelBatchResult
 from picoflow.results import RunResponse
 from picoflow.session.document import SessionDoc
 from picoflow.step import Step
 from picoflow.transitions import Transition
-from picoflow.turn.decide import decide
 from picoflow.turn.loop import run_model_loop
-from picoflow.turn.nested import run_child
-from picoflow.turn.parallel import run_batch
+
+if TYPE_CHECKING:
+    from picoflow.decision import DecisionProvider
+    from picoflow.decision_step import DecisionStep
+    from picoflow.parallel import ParallelBatchResult
 
 
 @dataclass
 class TurnRuntime:
-    """One turn's services: its document, the model providers, and the engine's save and run paths."""
+    """One turn's services: its document, the model providers, and the engine's save and run paths.
+
+    Nested, parallel and decision machinery is imported on first use: an ordinary turn never needs it.
+    """
 
     doc: SessionDoc
     providers: ProviderRegistry
@@ -38,12 +40,18 @@ class TurnRuntime:
         return await run_model_loop(step, user_message)
 
     async def run_child(self, flow: Flow, target: type[Step] | str, user_message: str | None) -> Any:
+        from picoflow.turn.nested import run_child
+
         return await run_child(flow, target, user_message)
 
     async def run_steps(self, caller: Step, requests: Sequence[Any], **options: Any) -> ParallelBatchResult:
+        from picoflow.turn.parallel import run_batch
+
         return await run_batch(caller, requests, **options)
 
     async def decide(self, step: DecisionStep) -> Transition:
+        from picoflow.turn.decide import decide
+
         return await decide(step, self)
 
     async def checkpoint(self, flow: Flow) -> None:

@@ -12,10 +12,9 @@ from pydantic import BaseModel, ValidationError
 from picoflow.errors import PicoFlowError
 from picoflow.flow import Flow
 from picoflow.messages import ToolMessageEx
-from picoflow.parallel import DirectResult
 from picoflow.step import Step
 from picoflow.tools import argument_model, handling
-from picoflow.transitions import TOOL_VALIDATED, Transition, as_transition
+from picoflow.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition
 from picoflow.turn.apply_transition import apply_transition
 from picoflow.validation import validation_problems
 

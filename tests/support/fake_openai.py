@@ -53,12 +53,24 @@ def chat_completion(
     }
 
 
+def completion_chunks(completion: dict[str, Any], *, usage: bool) -> list[dict[str, Any]]:
+    """A text-only chat.completion body as the chunks of a streamed answer, its usage last when asked for."""
+    choice = completion["choices"][0]
+    head = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
+            "model": completion["model"]}
+    deltas = [({"role": "assistant", "content": choice["message"]["content"]}, None), ({}, choice["finish_reason"])]
+    chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]} for delta, reason in deltas]
+    if usage:
+        chunks.append({**head, "choices": [], "usage": completion["usage"]})
+    return chunks
+
+
 class FakeOpenAIServer:
     """Serves POST /v1/chat/completions from ``responses`` in order, on a free loopback port.
 
     Each response is a body to return with status 200, or ``(status, body)``, sent ``delay`` seconds after its
-    request arrived. ``requests`` holds the parsed JSON bodies received and ``headers`` their headers. Use as a
-    context manager.
+    request arrived; a request asking for a stream gets a 200 body as server-sent chunks. ``requests`` holds the
+    parsed JSON bodies received and ``headers`` their headers. Use as a context manager.
     """
 
     def __init__(self, responses: list[dict[str, Any] | tuple[int, dict[str, Any]]], *, delay: float = 0.0) -> None:
@@ -108,14 +120,22 @@ class FakeOpenAIServer:
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
-                reply = server._next(body, {k.lower(): v for k, v in self.headers.items()})
+                status, payload = server._next(body, {k.lower(): v for k, v in self.headers.items()})
                 time.sleep(server.delay)
-                self._reply(*reply)
+                if status == 200 and body.get("stream"):
+                    usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                    chunks = completion_chunks(payload, usage=usage)
+                    events = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks)
+                    self._send(200, "text/event-stream", (events + "data: [DONE]\n\n").encode())
+                    return
+                self._reply(status, payload)
 
             def _reply(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
+                self._send(status, "application/json", json.dumps(payload).encode())
+
+            def _send(self, status: int, content_type: str, data: bytes) -> None:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -1,0 +1,46 @@
+"""The user's requests in a conversation: what a decision reads and ``Flow.get_conversation`` returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage, HumanMessage
+
+from picoflow.errors import PicoFlowError
+from picoflow.messages import CONTINUE_PREFIX, EMPTY_RESPONSE_NUDGE, OPENER_TEXT, content_text
+
+DEFAULT_MAX_PRIOR_REQUESTS = 4
+
+
+@dataclass(frozen=True)
+class DecisionConversation:
+    """The newest human request of a namespace and up to N earlier ones, oldest first."""
+
+    request: str = ""
+    prior_requests: tuple[str, ...] = ()
+
+    def as_state(self) -> dict[str, Any]:
+        """The framework-owned part of a decision's input state."""
+        return {"request": self.request, "priorRequests": list(self.prior_requests)}
+
+
+def read_conversation(
+    messages: Sequence[BaseMessage], step_names: Iterable[str], max_prior_requests: int = DEFAULT_MAX_PRIOR_REQUESTS
+) -> DecisionConversation:
+    """The human requests in ``messages``, leaving out the navigation messages the framework writes."""
+    if isinstance(max_prior_requests, bool) or not isinstance(max_prior_requests, int) or max_prior_requests < 0:
+        raise PicoFlowError("max_prior_requests must be a non-negative integer.")
+    # The framework's own human messages (the opener of a step entered with nothing to say, the hand-over into
+    # a logic step, the nudge after an empty answer) are navigation, not something the user asked.
+    navigation = {OPENER_TEXT, EMPTY_RESPONSE_NUDGE, *(f"{CONTINUE_PREFIX}{name}" for name in step_names)}
+    requests = [
+        text
+        for message in messages
+        if isinstance(message, HumanMessage) and (text := content_text(message.content)) not in navigation
+    ]
+    if not requests:
+        return DecisionConversation()
+    earlier = requests[:-1][-max_prior_requests:] if max_prior_requests else []
+    return DecisionConversation(request=requests[-1], prior_requests=tuple(earlier))
