@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import botocore.session
+from botocore import xform_name
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -56,9 +57,6 @@ CLIENT_CONFIG = Config(
     retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
     parameter_validation=False,
 )
-
-# The client methods behind each operation, when the requests go through botocore (a given client, a proxy).
-_METHODS = {"GetItem": "get_item", "PutItem": "put_item", "DeleteItem": "delete_item"}
 
 _UNAVAILABLE_CODES = frozenset(
     {
@@ -246,7 +244,7 @@ class DynamoDBSessionStore(SessionStore):
         wire = self._wire
         if wire is not None:
             return wire.call(action, request)
-        return getattr(client, _METHODS[action])(**request)
+        return getattr(client, xform_name(action))(**request)
 
     async def _call(self, operation: str, session_id: str, action: str, **request: Any) -> dict[str, Any]:
         def call() -> dict[str, Any]:

@@ -235,11 +235,11 @@ class DynamoDBWire:
         if credentials.token:
             headers["x-amz-security-token"] = credentials.token
         headers["x-amz-target"] = TARGET_PREFIX + operation
-        headers["authorization"] = self.authorization(headers, body, credentials)
+        headers["authorization"] = self._authorization(headers, body, credentials)
         headers["content-length"] = str(len(body))
         return headers
 
-    def authorization(self, headers: dict[str, str], body: bytes, credentials: Any) -> str:
+    def _authorization(self, headers: dict[str, str], body: bytes, credentials: Any) -> str:
         """The SigV4 ``Authorization`` value for a POST of ``body`` with ``headers`` (lower-case names, sorted)."""
         stamp = headers["x-amz-date"]
         day = stamp[:8]
