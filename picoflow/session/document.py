@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -81,13 +82,22 @@ class ToolCallDoc(_Doc):
     id: str | None = None
 
 
+def _object_as_json(content: dict[Any, Any]) -> str:
+    return json.dumps(content, ensure_ascii=False)
+
+
+# Structured output was stored by the original runtime as the object itself: it is kept as its JSON text. Only
+# an object reaches this validator, so string and list content are checked without a Python call per message.
+_ObjectContent = Annotated[dict[Any, Any], AfterValidator(_object_as_json)]
+
+
 class MessageDoc(_Doc):
     """One persisted chat message."""
 
     model_config = ConfigDict(populate_by_name=True, extra="allow")
 
     type: Literal["system", "human", "ai", "tool"]
-    content: str | list[Any] = ""
+    content: str | list[Any] | _ObjectContent = ""
     id: str | None = Field(default=None, exclude_if=_omit_none)
     timestamp: str | None = Field(default=None, exclude_if=_omit_none)
     name: str | None = Field(default=None, exclude_if=_omit_none)
@@ -95,14 +105,6 @@ class MessageDoc(_Doc):
     status: Literal["success", "error"] | None = Field(default=None, exclude_if=_omit_none)
     tool_calls: list[ToolCallDoc] | None = Field(default=None, exclude_if=lambda v: not v)
     additional_kwargs: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: not v)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _object_content_as_json(cls, data: Any) -> Any:
-        # Structured output was stored by the original runtime as the object itself: keep it as its JSON text.
-        if isinstance(data, dict) and isinstance(data.get("content"), dict):
-            data = {**data, "content": json.dumps(data["content"], ensure_ascii=False)}
-        return data
 
     @model_validator(mode="after")
     def _tool_messages_need_call_id(self) -> MessageDoc:
