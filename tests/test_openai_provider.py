@@ -140,6 +140,45 @@ async def test_an_awaited_call_runs_the_synchronous_client_on_a_worker_thread() 
     assert ticks > 1  # the loop kept running other tasks during the call
 
 
+async def test_an_awaited_call_with_bound_tools_takes_langchains_synchronous_path() -> None:
+    """The asynchronous call machinery is skipped, callbacks still see the call, and the loop stays free."""
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.language_models import BaseChatModel
+
+    class Recorder(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.events: list[str] = []
+
+        def on_chat_model_start(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - LangChain's signature
+            self.events.append("start")
+
+        def on_llm_end(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - LangChain's signature
+            self.events.append("end")
+
+    recorder = Recorder()
+    with FakeOpenAIServer([_tool_call_response()]) as server:
+        model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
+        generate = BaseChatModel.generate
+        callers: list[threading.Thread] = []
+
+        def recording_generate(self, *args, **kwargs):  # noqa: ANN001, ANN202 - mirrors LangChain's signature
+            callers.append(threading.current_thread())
+            return generate(self, *args, **kwargs)
+
+        with (
+            patch.object(BaseChatModel, "agenerate", side_effect=AssertionError("asynchronous path taken")),
+            patch.object(BaseChatModel, "generate", recording_generate),
+        ):
+            answer = await model.bind_tools([WEATHER_TOOL]).ainvoke(
+                [HumanMessage(content="Weather in Oslo?")], {"callbacks": [recorder]}
+            )
+
+    assert answer.tool_calls[0]["args"] == {"city": "Oslo"}
+    assert server.requests[0]["tools"][0]["function"]["name"] == "get_weather"
+    assert len(callers) == 1 and callers[0] is not threading.current_thread()
+    assert recorder.events == ["start", "end"]
+
+
 async def test_the_asynchronous_client_is_built_only_when_something_streams() -> None:
     """Awaited calls never need it; a stream builds it once, configured like the synchronous client."""
     server = FakeOpenAIServer([_text_response(), _text_response()])

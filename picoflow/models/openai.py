@@ -257,24 +257,32 @@ class _BuiltOnFirstUse:
 
 @functools.cache
 def _threaded(chat_class: type[BaseChatModel]) -> type[BaseChatModel]:
-    """``chat_class`` whose awaited calls run its synchronous OpenAI client on a worker thread.
+    """``chat_class`` whose awaited calls run its synchronous call path and OpenAI client on a worker thread.
 
-    Per call the synchronous client costs less CPU than the asynchronous one, and a first turn then never
+    Per call the synchronous path costs less CPU than the asynchronous one, and a first turn then never
     imports the asynchronous network stack (anyio with its TLS streams): a tenth of a Lambda cold start. The
     event loop stays free all the same, and the attempt's timeout still bounds the wait.
     """
 
     class Threaded(chat_class):  # type: ignore[misc, valid-type]
-        # The explicit signature matters: LangChain passes run_manager only to a method that declares it.
+        async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+            # LangChain's synchronous call path (callbacks, cache, generation) costs less CPU than its
+            # asynchronous twin, and the request waits on a worker thread either way.
+            return await run_blocking(functools.partial(self.invoke, input, config, **kwargs))
+
+        # The explicit signatures matter: LangChain passes run_manager only to a method that declares it.
         async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
             sync_manager = run_manager.get_sync() if run_manager is not None else None
+            return await run_blocking(
+                functools.partial(self._generate, messages, stop=stop, run_manager=sync_manager, **kwargs)
+            )
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
             deadline = call_deadline.get()
             if deadline is not None and "timeout" not in kwargs:
                 # An abandoned call's thread then stops waiting when its caller did, not at the client's timeout.
                 kwargs["timeout"] = max(deadline - time.monotonic(), MIN_REQUEST_SECONDS)
-            return await run_blocking(
-                functools.partial(self._generate, messages, stop=stop, run_manager=sync_manager, **kwargs)
-            )
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
 
     Threaded.__name__ = Threaded.__qualname__ = chat_class.__name__
     return Threaded
