@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
+from picoflow.models._openai_direct import DirectCompletions
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -234,11 +235,14 @@ def _built(chat_class: type[BaseChatModel], **options: Any) -> BaseChatModel:
     therefore sets itself.
     """
     twin = functools.cache(lambda: chat_class(**options))
-    return _threaded(chat_class)(
+    model = _threaded(chat_class)(
         **options,
         async_client=_BuiltOnFirstUse(lambda: twin().async_client),
         root_async_client=_BuiltOnFirstUse(lambda: twin().root_async_client),
     )
+    if model.client is not None:
+        model.client = DirectCompletions(model.client)
+    return model
 
 
 class _BuiltOnFirstUse:
