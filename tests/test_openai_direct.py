@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -145,10 +146,12 @@ def test_an_sdk_whose_create_cannot_be_recorded_is_used_as_it_is() -> None:
     assert old.calls == [{"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}], "timeout": 3}]
 
 
-def test_the_providers_models_send_directly() -> None:
+def test_the_providers_models_send_directly_and_copy() -> None:
     model = OpenAIProvider(api_key="k", base_url="http://127.0.0.1:9/v1").chat_model(
         ModelSelection(provider="openai", name="gpt-4o")
     )
     assert isinstance(model.client, DirectCompletions)
+    assert isinstance(copy.copy(model.client), DirectCompletions)
+    assert model.client.with_streaming_response is not None  # the resource's own attributes show through
     # Structured output and the asynchronous client keep the SDK's own resources.
     assert not isinstance(model.root_client.chat.completions, DirectCompletions)

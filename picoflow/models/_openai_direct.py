@@ -54,7 +54,11 @@ class DirectCompletions:
         return _RawResponse(self)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._completions, name)
+        completions = self.__dict__.get("_completions")
+        # Special names (copying, pickling) and a half-made copy must not reach into the resource.
+        if completions is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(completions, name)
 
 
 class _RawResponse:
