@@ -63,12 +63,12 @@ assert reply.content == REPLY, reply
 print(time.perf_counter() - start)
 """
 
-# The same with sessions in DynamoDB: a boto3 client and the two writes of a first turn (create, then save).
-FLOOR_CLIENT_DYNAMODB = FLOOR_CLIENT.replace("print(", """dynamodb = boto3.client("dynamodb", endpoint_url=ENDPOINT)
+# Added to FLOOR_CLIENT for sessions in DynamoDB: a boto3 client and a first turn's two writes (create, save).
+DYNAMODB_WRITES = """dynamodb = boto3.client("dynamodb", endpoint_url=ENDPOINT)
 for revision in (0, 1):
     dynamodb.put_item(TableName=TABLE, Item={"id": {"S": "floor-" + str(start)}, "revision": {"N": str(revision)},
                                             "doc": {"B": bytes(600)}})
-print(""", 1)
+"""
 
 IMPORT_ONLY = """
 import time
@@ -122,9 +122,8 @@ def main() -> None:
             FLOOR_CLIENT.replace("KEY", repr(wire["OPENAI_API_KEY"])).replace("URL", repr(wire["OPENAI_BASE_URL"]))
             .replace("REPLY", repr(GREETING))
         )
-        floor_dynamodb = FLOOR_CLIENT_DYNAMODB.replace("KEY", repr(wire["OPENAI_API_KEY"])).replace(
-            "URL", repr(wire["OPENAI_BASE_URL"])).replace("REPLY", repr(GREETING)).replace(
-            "ENDPOINT", repr(endpoint)).replace("TABLE", repr(table))
+        writes = DYNAMODB_WRITES.replace("ENDPOINT", repr(endpoint)).replace("TABLE", repr(table))
+        floor_dynamodb = floor_client.replace("print(", writes + "print(", 1)
         cases = {
             "floor": (FLOOR, base),
             "floor_client": (floor_client, base),

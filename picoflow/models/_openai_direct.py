@@ -4,12 +4,14 @@ The SDK's ``chat.completions.create`` walks every message of the request against
 date and file formats) before sending it: several milliseconds of CPU for a conversation of a few dozen messages,
 most of a request's cost. The payloads ``langchain-openai`` builds are plain JSON values that this walk returns
 unchanged, so ``DirectCompletions`` sends them as they are. Everything else is the SDK's own: the request options
-(headers, timeout, authentication) come from ``create`` itself, called with no messages, and the request is sent,
-retried, parsed and streamed by the same resource.
+(authentication, response types) come from ``create`` itself, called once with no messages, the call's own
+options (headers, timeout) from the SDK's option builder, and the request is sent, retried, parsed and streamed
+by the same resource.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 # The keyword arguments of ``create`` that are request options rather than body fields.
@@ -30,28 +32,33 @@ class DirectCompletions:
     """A ``chat.completions`` resource whose ``create`` skips the body transform; anything else is the resource's."""
 
     def __init__(self, completions: Any) -> None:
+        # Imported here, like the SDK itself: only a model that is being built needs them.
+        from openai._base_client import make_request_options
+        from openai._legacy_response import to_raw_response_wrapper
+
         self._completions = completions
+        self._request_options = make_request_options
+        # What create sends besides the body and the call's own options, per stream flag: it depends on the SDK
+        # alone, so it is recorded once (None: this SDK's create cannot be recorded).
+        self._shapes: dict[bool, dict[str, Any] | None] = {}
+        self.with_raw_response = _RawResponse(to_raw_response_wrapper(self.create))
 
     def create(self, **params: Any) -> Any:
         options = {key: params.pop(key) for key in _OPTION_KEYS & params.keys()}
-        recorder = _Recorder()
-        try:
-            # Only the options and the response types are taken from this call; its tiny body is dropped.
-            type(self._completions).create(
-                recorder, model=params.get("model", ""), messages=[], stream=params.get("stream") or False, **options
-            )
-        except (TypeError, AttributeError):
-            recorder.sent = None
-        sent = recorder.sent
-        if sent is None:
+        shape = self._shape(bool(params.get("stream")))
+        if shape is None:
             # An SDK whose create works differently: send through it, transform and all.
             return self._completions.create(**params, **options)
-        sent["body"] = params
-        return self._completions._post(sent.pop("path"), **sent)
+        request = {**shape, "body": params, "options": {**shape["options"], **self._request_options(**options)}}
+        return self._completions._post(request.pop("path"), **request)
 
-    @property
-    def with_raw_response(self) -> _RawResponse:
-        return _RawResponse(self)
+    def _shape(self, stream: bool) -> dict[str, Any] | None:
+        if stream not in self._shapes:
+            recorder = _Recorder()
+            with contextlib.suppress(TypeError, AttributeError):
+                type(self._completions).create(recorder, model="", messages=[], stream=stream)
+            self._shapes[stream] = recorder.sent
+        return self._shapes[stream]
 
     def __getattr__(self, name: str) -> Any:
         completions = self.__dict__.get("_completions")
@@ -64,7 +71,5 @@ class DirectCompletions:
 class _RawResponse:
     """``with_raw_response``: the same call, answered with the SDK's raw response object."""
 
-    def __init__(self, direct: DirectCompletions) -> None:
-        from openai._legacy_response import to_raw_response_wrapper
-
-        self.create = to_raw_response_wrapper(direct.create)
+    def __init__(self, create: Any) -> None:
+        self.create = create
