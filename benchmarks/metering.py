@@ -10,16 +10,28 @@ framework's own work.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 
+class _ConditionalCheckFailedException(ClientError):
+    """What botocore's modeled exception is: a ``ClientError`` subclass the store catches by name."""
+
+
+class _Exceptions:
+    ConditionalCheckFailedException = _ConditionalCheckFailedException
+
+
 class FreeDynamoDBClient:
     """The subset of the DynamoDB client the session store uses, in process memory, with its conditions."""
+
+    exceptions = _Exceptions()
 
     def __init__(self) -> None:
         self.items: dict[str, dict[str, dict[str, Any]]] = {}
@@ -50,7 +62,8 @@ class FreeDynamoDBClient:
                     and stored["flowName"]["S"] == values[":flow"]["S"]
                 )
             if not ok:
-                raise ClientError({"Error": {"Code": "ConditionalCheckFailedException", "Message": ""}}, "PutItem")
+                error = {"Error": {"Code": "ConditionalCheckFailedException", "Message": ""}}
+                raise _ConditionalCheckFailedException(error, "PutItem")
             self.items[key] = dict(Item)
         return {}
 
@@ -119,3 +132,31 @@ class MeteredChatModel:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
+
+
+TRACE_HEADER_VARIABLE = "_X_AMZN_TRACE_ID"
+
+
+def trace_as_deployed() -> Callable[[], None]:
+    """Instrument this process as ``template.yaml`` deploys the function: X-Ray tracing active.
+
+    In Lambda, Powertools' ``Tracer`` patches every library the X-Ray SDK knows (botocore among them), and each
+    invocation arrives with a trace header; every DynamoDB request then records a subsegment, which the SDK
+    sends over UDP to the daemon address. This does the same outside Lambda: the SDK in its Lambda mode, its
+    patches applied, segments sent to a loopback port nobody reads. The returned function starts a new,
+    sampled trace (the worst case for cost: every turn traced); call it before each turn, as Lambda does.
+    """
+    os.environ.setdefault("LAMBDA_TASK_ROOT", os.getcwd())
+    os.environ["AWS_XRAY_DAEMON_ADDRESS"] = "127.0.0.1:2000"
+    os.environ.pop("AWS_XRAY_SDK_ENABLED", None)
+    from aws_xray_sdk.core import patch_all
+
+    patch_all()
+
+    def new_trace() -> None:
+        now = int(time.time())
+        os.environ[TRACE_HEADER_VARIABLE] = (
+            f"Root=1-{now:08x}-{uuid.uuid4().hex[:24]};Parent={uuid.uuid4().hex[:16]};Sampled=1"
+        )
+
+    return new_trace

@@ -21,6 +21,7 @@ import sys
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import boto3  # noqa: E402
 
 from benchmarks.growth_bench import SENTENCE, CompactedFlow, SummaryAwareProvider, script  # noqa: E402
-from benchmarks.metering import CpuMeter, FreeDynamoDBClient, MeteredChatModel  # noqa: E402
+from benchmarks.metering import CpuMeter, FreeDynamoDBClient, MeteredChatModel, trace_as_deployed  # noqa: E402
 from benchmarks.results import write_section  # noqa: E402
 from picoflow import FlowEngine, ModelSelection  # noqa: E402
 from picoflow.models.registry import ProviderRegistry  # noqa: E402
@@ -93,7 +94,8 @@ def new_run(label: str, client: Any, table: str, turns: int, endpoint: str | Non
     return Run(label, engine, meter, client, table)
 
 
-def take_turn(run: Run, loop: asyncio.AbstractEventLoop, number: int) -> None:
+def take_turn(run: Run, loop: asyncio.AbstractEventLoop, number: int, start_trace: Callable[[], None]) -> None:
+    start_trace()
     run.meter.take()
     started = time.process_time()
     response = loop.run_until_complete(
@@ -124,6 +126,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=max(CHECKPOINTS))
     args = parser.parse_args()
     os.environ.update(DUMMY_AWS_ENV)
+    start_trace = trace_as_deployed()  # as the template deploys the function: X-Ray on botocore
     checkpoints = [c for c in CHECKPOINTS if c <= args.turns]
     loop = asyncio.new_event_loop()
     with running_dynamodb_local() as endpoint:
@@ -138,12 +141,12 @@ def main() -> None:
         ]
         for number in range(1, WARMUP + 1):
             for run in runs:
-                take_turn(run, loop, number)
+                take_turn(run, loop, number, start_trace)
         for run in runs:
             run.session, run.cpu, run.model = None, [], []
         for number in range(1, args.turns + 1):
             for run in runs:  # alternately, so machine noise hits both alike
-                take_turn(run, loop, number)
+                take_turn(run, loop, number, start_trace)
                 if number in checkpoints:
                     run.stored[number] = stored(run)
     body = report(runs, checkpoints)

@@ -58,7 +58,7 @@ from benchmarks.collection import (  # noqa: E402
     ReplayScript,
     all_replies,
 )
-from benchmarks.metering import CpuMeter, FreeDynamoDBClient, MeteredChatModel  # noqa: E402
+from benchmarks.metering import CpuMeter, FreeDynamoDBClient, MeteredChatModel, trace_as_deployed  # noqa: E402
 from benchmarks.results import write_section  # noqa: E402
 from picoflow import FlowEngine  # noqa: E402
 from picoflow.models.registry import ProviderRegistry  # noqa: E402
@@ -262,6 +262,14 @@ def create_checkpoint_table(client: Any, table: str) -> None:
     client.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
 
 
+def _untraced() -> None:
+    """Tracing off: no trace to start."""
+
+
+#: Starts each turn's trace (``trace_as_deployed``), untimed, as Lambda starts it before the function runs.
+start_trace: Callable[[], None] = _untraced
+
+
 def run_conversation(side: Side) -> list[TurnStat]:
     """The 20 turns, each timed on its own; checks the replies and that the script was used exactly."""
     side.new_conversation()
@@ -272,6 +280,7 @@ def run_conversation(side: Side) -> list[TurnStat]:
     session: str | None = None
     stats: list[TurnStat] = []
     for number, turn in enumerate(CONVERSATION, start=1):
+        start_trace()
         started_cpu, started_wall = time.process_time(), time.perf_counter()
         reply, session, completed = side.run_turn(turn.user, session)
         cpu, wall = time.process_time() - started_cpu, time.perf_counter() - started_wall
@@ -368,6 +377,7 @@ FREE_DEFAULT = "LangGraph, InMemorySaver (default durability)"
 
 
 def main() -> None:
+    global start_trace
     from langgraph.checkpoint.memory import InMemorySaver
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -377,6 +387,7 @@ def main() -> None:
     # LangSmith tracing would add network calls to one side only.
     for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):
         os.environ.pop(name, None)
+    start_trace = trace_as_deployed()  # both sides, as the template deploys a function: X-Ray on botocore
 
     load_before = os.getloadavg()[0]
     with running_dynamodb_local() as endpoint:

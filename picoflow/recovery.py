@@ -54,6 +54,58 @@ def resolve_call_policy(flow_policy: Any, step_policy: Any) -> LlmCallPolicy:
     return LlmCallPolicy(timeout_ms=timeout)
 
 
+# Statuses that say "try again later"; any other 4xx is the request's own fault and is never repeated.
+TRANSIENT_STATUSES = frozenset({408, 425, 429})
+# Names of throttling and transport failures across the SDKs (OpenAI-style clients, httpx, botocore, Google).
+TRANSIENT_ERROR_NAMES = frozenset(
+    {
+        "APIConnectionError", "APITimeoutError", "RateLimitError", "InternalServerError", "ServiceUnavailableError",
+        "ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError", "RemoteProtocolError", "PoolTimeout",
+        "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
+        "ThrottlingException", "ServiceUnavailableException", "ModelNotReadyException", "ResourceExhausted",
+        "ServiceUnavailable", "DeadlineExceeded", "TooManyRequests",
+    }
+)
+
+
+def is_transient_error(error: BaseException | None) -> bool:
+    """True when ``error`` is worth another attempt: a timeout, a lost connection, throttling, 408, 425, 429 or 5xx.
+
+    The default of ``should_retry_llm_error`` and of decision retries (a decision provider may classify its own
+    errors with ``should_retry``). A 400, 401, 403, 404, 422 or any other client error, a refused reply and an
+    error of the code itself (``KeyError``, ``ValueError``, a ``PicoFlowError``) are not. A response the SDK was
+    told not to retry (``x-should-retry: false``: its wait would pass the turn's deadline) is not either.
+    """
+    if error is None or isinstance(error, PicoFlowError):
+        return False
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is not None and str(headers.get("x-should-retry", "")).lower() == "false":
+        return False
+    status = _status(error)
+    if status is not None:
+        return status in TRANSIENT_STATUSES or status >= 500
+    if isinstance(error, TimeoutError | ConnectionError):
+        return True
+    return any(cls.__name__ in TRANSIENT_ERROR_NAMES for cls in type(error).__mro__)
+
+
+def _status(error: BaseException) -> int | None:
+    # OpenAI-style clients carry status_code; Google's errors a numeric code; botocore's ClientError its response.
+    for value in (getattr(error, "status_code", None), getattr(error, "code", None)):
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+            return value
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        if code in TRANSIENT_ERROR_NAMES:
+            return 429
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(status, int):
+            return status
+    return None
+
+
 @dataclass(frozen=True)
 class LlmAttemptErrorContext:
     """What ``should_retry_llm_error`` sees after one model invocation raised."""

@@ -511,7 +511,7 @@ async def test_transient_failures_are_retried_max_retries_more_times():
 async def test_an_exhausted_retry_budget_goes_to_the_step_hook_first():
     RecoveringStep.step_fallback = direct_to(QuickStep, "Triage is unavailable; quick path it is.")
     SupportFlow.flow_fallback = finish("not used")
-    decisions = ScriptedDecisionProvider([RuntimeError("503")] * 3 + [answers()])
+    decisions = ScriptedDecisionProvider([ConnectionError("503")] * 3 + [answers()])
     engine, _ = decision_engine([RecoveringFlow], decisions)
 
     response = await engine.run("RecoveringFlow", "Hello")
@@ -519,7 +519,7 @@ async def test_an_exhausted_retry_budget_goes_to_the_step_hook_first():
     assert (response.success, response.message) == (True, "Triage is unavailable; quick path it is.")
     assert len(decisions.requests) == 3
     ((error, context),) = IntakeStep.errors
-    assert isinstance(error, RuntimeError) and str(error) == "503"
+    assert isinstance(error, ConnectionError) and str(error) == "503"
     assert (context.step_id, context.provider, context.model, context.attempts) == (
         "IntakeStep", "decider", "jev-test", 3
     )
@@ -529,7 +529,7 @@ async def test_an_exhausted_retry_budget_goes_to_the_step_hook_first():
 
 async def test_the_flow_hook_recovers_when_the_step_hook_declines():
     SupportFlow.flow_fallback = go(SpecialistStep)
-    decisions = ScriptedDecisionProvider([RuntimeError("503")] * 3)
+    decisions = ScriptedDecisionProvider([ConnectionError("503")] * 3)
     engine, chat = decision_engine([RecoveringFlow], decisions, [text("A specialist will call you.")])
 
     response = await engine.run("RecoveringFlow", "Hello")
@@ -571,6 +571,18 @@ async def test_framework_errors_from_the_provider_are_not_retried():
     assert not response.success
     assert len(decisions.requests) == 1
     assert len(IntakeStep.errors) == 1
+
+
+async def test_an_error_of_the_providers_own_code_is_not_retried():
+    decisions = ScriptedDecisionProvider([KeyError("plan"), answers()])
+    engine, _ = decision_engine([RecoveringFlow], decisions)
+
+    response = await engine.run("RecoveringFlow", "Hello")
+
+    assert not response.success
+    assert len(decisions.requests) == 1
+    ((error, context),) = IntakeStep.errors
+    assert isinstance(error, KeyError) and context.attempts == 1
 
 
 class SlowThenFine:

@@ -64,12 +64,3 @@ def test_the_handler_imports_no_tracing_sdk_outside_lambda(tmp_path):
     assert in_lambda.stdout.split()[-1] == "True"
     disabled = {"AWS_LAMBDA_FUNCTION_NAME": "picoflow-api", "POWERTOOLS_TRACE_DISABLED": "true"}
     assert run_python(probe, tmp_path, **disabled).stdout.split() == ["False"]
-
-
-def test_with_tracing_on_the_dynamodb_store_sends_through_botocore(tmp_path):
-    # X-Ray instruments botocore's calls: a traced function keeps its DynamoDB subsegments.
-    probe = "from picoflow.aws.runtime import build_engine\nprint(build_engine().session_store.send_directly)"
-    store = {"SESSION_STORE": "DYNAMODB", "SESSION_TABLE": "sessions", "AWS_REGION": "us-east-1"}
-    assert run_python(probe, tmp_path, **store).stdout.split()[-1] == "True"
-    traced = run_python(probe, tmp_path, AWS_LAMBDA_FUNCTION_NAME="picoflow-api", **store)
-    assert traced.stdout.split()[-1] == "False"

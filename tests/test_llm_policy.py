@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
 from pydantic import BaseModel
@@ -27,7 +28,7 @@ from picoflow import (
 )
 from picoflow.errors import ScriptedModelError, public_message
 from picoflow.models.registry import ModelProvider, ProviderRegistry
-from picoflow.recovery import resolve_call_policy
+from picoflow.recovery import is_transient_error, resolve_call_policy
 from picoflow.turn import deadline as deadline_module
 from tests.support.engine import call, scripted_engine, text
 
@@ -388,3 +389,50 @@ async def test_a_provider_that_raises_a_content_filter_error_is_a_blocked_prompt
     context = events("flow.blocked")[0]
     assert (context.reason, context.phase) == ("content_filter", "prompt")
     assert events("step.retry") == []
+
+
+class _StatusError(Exception):
+    def __init__(self, status_code: int, headers: dict[str, str] | None = None) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+        self.response = type("Response", (), {"headers": headers or {}})()
+
+
+class RateLimitError(Exception):
+    """Named like the OpenAI SDK's, without a status: the name alone classifies it."""
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (TimeoutError(), True),
+        (ConnectionError("reset"), True),
+        (_StatusError(408), True),
+        (_StatusError(429), True),
+        (_StatusError(500), True),
+        (_StatusError(503), True),
+        (RateLimitError(), True),
+        (_StatusError(429, {"x-should-retry": "false"}), False),
+        (_StatusError(400), False),
+        (_StatusError(401), False),
+        (_StatusError(403), False),
+        (_StatusError(404), False),
+        (_StatusError(422), False),
+        (KeyError("k"), False),
+        (ValueError("v"), False),
+        (PicoFlowError("misconfigured"), False),
+        (ClientError({"Error": {"Code": "ThrottlingException"}}, "Converse"), True),
+        (ClientError({"Error": {"Code": "ValidationException"}, "ResponseMetadata": {"HTTPStatusCode": 400}}, "X"),
+         False),
+    ],
+)
+def test_one_classification_decides_what_is_worth_another_attempt(error: BaseException, transient: bool) -> None:
+    assert is_transient_error(error) is transient
+
+
+async def test_a_401_is_not_retried_while_a_503_is() -> None:
+    response, model, _ = await turn(make_flow(), [{"error": "bad key", "status": 401}, text("never")])
+    assert not response.success and len(model.calls) == 1
+
+    response, model, _ = await turn(make_flow(), [{"error": "busy", "status": 503}, text("after a retry")])
+    assert (response.success, response.message) == (True, "after a retry") and len(model.calls) == 2

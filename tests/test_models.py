@@ -9,6 +9,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel
 
 from picoflow.errors import PicoFlowError, ScriptedModelError
+from picoflow.models.common import CLIENT_RETRIES
 from picoflow.models.factory import default_registry
 from picoflow.models.openai import OpenAIProvider
 from picoflow.models.registry import ModelProvider, ProviderRegistry, provider_family
@@ -182,7 +183,7 @@ def test_default_registry_uses_picoflow_script_as_override(tmp_path: Path) -> No
         (ModelSelection(provider="openai", name="gpt-4o", params={"temperature": "hot"}), "from 0 to 2"),
         (ModelSelection(provider="openai", name="gpt-4o", params={"maxTokens": 10}), "does not accept .*maxTokens"),
         (ModelSelection(provider="openai", name="gpt-4o", params={"max_tokens": 0}), "positive integer"),
-        (ModelSelection(provider="openai", name="gpt-4o", params={"max_retries": 2}), "retry_attempts"),
+        (ModelSelection(provider="openai", name="gpt-4o", params={"max_retries": 2}), "transport retries"),
         (ModelSelection(provider="openai", name="gpt-4o", params={"api_key": "sk-x"}), "credentials"),
         (
             ModelSelection(provider="openai", name="gpt-5.1", params={"reasoning": {"effort": "extreme"}}),
@@ -234,7 +235,7 @@ def test_openai_takes_key_and_endpoint_from_the_environment(monkeypatch: pytest.
 
     assert model.model_name == "gpt-4o"
     assert model.temperature == 0.3
-    assert model.max_retries == 0
+    assert model.max_retries == CLIENT_RETRIES
     assert model.openai_api_key.get_secret_value() == "env-key"
     assert model.openai_api_base == "http://127.0.0.1:9/v1"
     assert "env-key" not in repr(model)

@@ -1,7 +1,6 @@
 """The real ChatOpenAI, built by OpenAIProvider, against a local OpenAI-compatible server (no internet)."""
 
-import asyncio
-import threading
+import email.utils
 import time
 from unittest.mock import patch
 
@@ -10,7 +9,7 @@ import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
 from picoflow.models.context import call_deadline
-from picoflow.models.openai import OpenAIProvider
+from picoflow.models.openai import OpenAIProvider, retry_after_seconds
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.selection import ModelSelection
 from picoflow.tokens import usage_from_message
@@ -99,101 +98,28 @@ def test_a_sync_call_works_and_takes_the_endpoint_from_the_environment(monkeypat
     assert server.headers[0]["authorization"] == "Bearer env-key"
 
 
-async def test_a_server_error_fails_at_once_without_client_retries() -> None:
-    failure = (500, {"error": {"message": "upstream exploded", "type": "server_error"}})
-    with FakeOpenAIServer([failure, _text_response()]) as server:
+async def test_a_server_error_is_retried_by_the_client_then_fails() -> None:
+    failure = (500, {"error": {"message": "upstream exploded", "type": "server_error"}}, {"retry-after-ms": "10"})
+    with FakeOpenAIServer([failure, failure, failure, _text_response()]) as server:
         model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
 
-        with pytest.raises(Exception, match="upstream exploded"):
+        with pytest.raises(openai.InternalServerError, match="upstream exploded"):
             await model.ainvoke("Weather in Oslo?")
 
-    assert len(server.requests) == 1
+    assert len(server.requests) == 1 + model.max_retries == 3
 
 
-async def test_an_awaited_call_runs_the_synchronous_client_on_a_worker_thread() -> None:
-    """The synchronous client is the cheaper path per call; the loop stays free while it waits."""
-    with FakeOpenAIServer([_text_response()]) as server:
-        model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
-        threads: list[threading.Thread] = []
-        generate = type(model)._generate
-
-        def recording_generate(self, *args, **kwargs):  # noqa: ANN001, ANN202 - mirrors LangChain's signature
-            threads.append(threading.current_thread())
-            return generate(self, *args, **kwargs)
-
-        loop_thread = threading.current_thread()
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        beat = asyncio.ensure_future(ticker())
-        with patch.object(type(model), "_generate", recording_generate):
-            answer = await model.ainvoke([HumanMessage(content="Weather in Oslo?")])
-        beat.cancel()
-
-    assert answer.content == "It is sunny in Oslo."
-    assert len(threads) == 1 and threads[0] is not loop_thread
-    assert ticks > 1  # the loop kept running other tasks during the call
-
-
-async def test_an_awaited_call_with_bound_tools_takes_langchains_synchronous_path() -> None:
-    """The asynchronous call machinery is skipped, callbacks still see the call, and the loop stays free."""
-    from langchain_core.callbacks import BaseCallbackHandler
+async def test_an_awaited_call_takes_langchains_asynchronous_path_on_the_callers_loop() -> None:
     from langchain_core.language_models import BaseChatModel
 
-    class Recorder(BaseCallbackHandler):
-        def __init__(self) -> None:
-            self.events: list[str] = []
-
-        def on_chat_model_start(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - LangChain's signature
-            self.events.append("start")
-
-        def on_llm_end(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - LangChain's signature
-            self.events.append("end")
-
-    recorder = Recorder()
     with FakeOpenAIServer([_tool_call_response()]) as server:
         model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
-        generate = BaseChatModel.generate
-        callers: list[threading.Thread] = []
-
-        def recording_generate(self, *args, **kwargs):  # noqa: ANN001, ANN202 - mirrors LangChain's signature
-            callers.append(threading.current_thread())
-            return generate(self, *args, **kwargs)
-
-        with (
-            patch.object(BaseChatModel, "agenerate", side_effect=AssertionError("asynchronous path taken")),
-            patch.object(BaseChatModel, "generate", recording_generate),
-        ):
-            answer = await model.bind_tools([WEATHER_TOOL]).ainvoke(
-                [HumanMessage(content="Weather in Oslo?")], {"callbacks": [recorder]}
-            )
+        with patch.object(BaseChatModel, "generate", side_effect=AssertionError("synchronous path taken")):
+            answer = await model.bind_tools([WEATHER_TOOL]).ainvoke([HumanMessage(content="Weather in Oslo?")])
 
     assert answer.tool_calls[0]["args"] == {"city": "Oslo"}
     assert server.requests[0]["tools"][0]["function"]["name"] == "get_weather"
-    assert len(callers) == 1 and callers[0] is not threading.current_thread()
-    assert recorder.events == ["start", "end"]
-
-
-async def test_the_asynchronous_client_is_built_only_when_something_streams() -> None:
-    """Awaited calls never need it; a stream builds it once, configured like the synchronous client."""
-    server = FakeOpenAIServer([_text_response(), _text_response()])
-    with server, patch.object(openai, "AsyncOpenAI", wraps=openai.AsyncOpenAI) as built:
-        model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
-        answer = await model.ainvoke([HumanMessage(content="Weather in Oslo?")])
-        assert not built.called
-        chunks = [chunk async for chunk in model.astream([HumanMessage(content="Weather in Oslo?")])]
-        assert built.call_count == 1
-
-    assert answer.content == "It is sunny in Oslo."
-    assert "".join(chunk.content for chunk in chunks) == "It is sunny in Oslo."
-    assert server.requests[1]["stream"] is True and "stream_options" not in server.requests[1]
-    assert server.headers[1]["authorization"] == "Bearer test-key"
-    assert model.root_async_client.max_retries == 0
+    assert model.root_async_client.max_retries == 2
     assert model.root_async_client.timeout == 60
 
 
@@ -208,15 +134,27 @@ def test_streams_from_openais_and_azures_own_endpoints_carry_usage() -> None:
     assert not deepseek.chat_model(ModelSelection(provider="deepseek", name="deepseek-chat")).stream_usage
 
 
-async def test_a_call_on_a_worker_thread_stops_waiting_at_the_calls_deadline() -> None:
-    """An abandoned call's thread must not wait on for the client's whole timeout (60 s by default)."""
-    with FakeOpenAIServer([_text_response()], delay=5) as server:
+async def test_a_retry_whose_wait_would_pass_the_calls_deadline_is_not_made() -> None:
+    limited = (429, {"error": {"message": "Rate limit reached", "type": "requests"}}, {"Retry-After": "30"})
+    with FakeOpenAIServer([limited, _text_response()]) as server:
         model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
-        token = call_deadline.set(time.monotonic() + 0.5)
+        token = call_deadline.set(time.monotonic() + 5)
         started = time.monotonic()
         try:
-            with pytest.raises(openai.APITimeoutError):
+            with pytest.raises(openai.RateLimitError):
                 await model.ainvoke([HumanMessage(content="Weather in Oslo?")])
         finally:
             call_deadline.reset(token)
-        assert time.monotonic() - started < 2.5
+        assert time.monotonic() - started < 2
+
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [({"retry-after-ms": "1500"}, 1.5), ({"retry-after": "2"}, 2.0), ({"retry-after": "soon"}, None), ({}, None)],
+)
+def test_retry_after_is_read_in_milliseconds_seconds_or_as_a_date(headers: dict, expected: float | None) -> None:
+    assert retry_after_seconds(headers) == expected
+    stamp = email.utils.formatdate(time.time() + 60, usegmt=True)
+    assert 55 < retry_after_seconds({"retry-after": stamp}) <= 60

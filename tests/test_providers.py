@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from picoflow.errors import PicoFlowError
 from picoflow.models.anthropic import AnthropicProvider
 from picoflow.models.bedrock import BedrockProvider
-from picoflow.models.common import DEFAULT_TIMEOUT_SECONDS, usage_normalising
+from picoflow.models.common import CLIENT_RETRIES, DEFAULT_TIMEOUT_SECONDS, usage_normalising
 from picoflow.models.factory import default_registry
 from picoflow.models.google import GoogleProvider
 from picoflow.models.openai import OPENAI_COMPATIBLE, OpenAIProvider
@@ -272,7 +272,7 @@ def test_each_compatible_provider_defaults_to_its_documented_endpoint(provider: 
     model = default_registry({spec.key_env: "k"}).chat_model(ModelSelection(provider=provider, name=name))
 
     assert str(model.root_client.base_url).rstrip("/") == spec.default_base_url
-    assert model.max_retries == 0
+    assert model.max_retries == CLIENT_RETRIES
     assert model.request_timeout == DEFAULT_TIMEOUT_SECONDS
 
 
@@ -364,11 +364,11 @@ async def test_anthropic_calls_the_messages_api_and_maps_its_usage(case: str) ->
     assert _tokens(usage_from_message(reply)) == expected
 
 
-def test_anthropic_client_has_the_default_timeout_and_no_retries() -> None:
+def test_anthropic_client_has_the_default_timeout_and_the_sdks_transport_retries() -> None:
     model = AnthropicProvider(api_key="k").chat_model(ModelSelection(provider="anthropic", name="claude-haiku-4-5"))
 
     assert model.default_request_timeout == DEFAULT_TIMEOUT_SECONDS
-    assert model.max_retries == 0
+    assert model.max_retries == CLIENT_RETRIES
     assert model.anthropic_api_url == "https://api.anthropic.com"
 
 
@@ -417,12 +417,12 @@ def test_google_calls_generate_content_and_maps_its_usage(case: str) -> None:
     assert _tokens(usage_from_message(reply)) == expected
 
 
-def test_google_client_has_the_default_timeout_and_a_single_attempt() -> None:
+def test_google_client_has_the_default_timeout_and_the_sdks_transport_retries() -> None:
     model = GoogleProvider(api_key="k").chat_model(ModelSelection(provider="google", name="gemini-2.5-flash"))
 
     assert model.timeout == DEFAULT_TIMEOUT_SECONDS
-    # The Google client reads max_retries as attempts; 1 is the first attempt alone.
-    assert model.max_retries == 1
+    # The Google client reads max_retries as attempts, the first included.
+    assert model.max_retries == CLIENT_RETRIES + 1
 
 
 # -- Bedrock through botocore --------------------------------------------------------------------------------
@@ -484,14 +484,14 @@ def test_bedrock_calls_converse_and_maps_its_usage(case: str, aws_credentials: N
     assert _tokens(usage_from_message(reply)) == expected
 
 
-def test_bedrock_client_has_its_region_timeouts_and_a_single_attempt(aws_credentials: None) -> None:
+def test_bedrock_client_has_its_region_timeouts_and_botocores_transport_retries(aws_credentials: None) -> None:
     selection = ModelSelection(provider="bedrock", name="amazon.nova-lite-v1:0", params={"timeout": 20})
     model = BedrockProvider(environ={"AWS_DEFAULT_REGION": "us-west-2"}).chat_model(selection)
     config = model.client.meta.config
 
     assert model.client.meta.region_name == "us-west-2"
     assert (config.connect_timeout, config.read_timeout) == (10, 20)
-    assert config.retries == {"total_max_attempts": 1, "mode": "standard"}
+    assert config.retries == {"total_max_attempts": CLIENT_RETRIES + 1, "mode": "standard"}
 
 
 def test_bedrock_region_prefers_aws_region(aws_credentials: None) -> None:
@@ -621,7 +621,7 @@ def _pick(provider: str, name: str, **params: Any) -> ModelSelection:
     [
         (_pick("deepseek", "deepseek-chat", api_key="sk"), "credentials"),
         (_pick("moonshot", "kimi-k2", base_url="http://x"), "endpoint"),
-        (_pick("openrouter", "openai/gpt-4o", max_retries=3), "retry_attempts"),
+        (_pick("openrouter", "openai/gpt-4o", max_retries=3), "transport retries"),
         (_pick("zai", "glm-4.6", temperature=2.5), "from 0 to 2"),
         (_pick("azure-openai", "prod", azure_deployment="x"), "deployment"),
         (_pick("ollama", "llama3.2", max_tokens=0), "positive integer"),

@@ -16,7 +16,7 @@ from typing import Any
 
 from picoflow import FlowEngine
 from picoflow.aws.discovery import FLOWS_VARIABLE, load_flows
-from picoflow.aws.observability import logger, tracer
+from picoflow.aws.observability import logger
 from picoflow.models.factory import default_registry
 from picoflow.session.factory import store_from_env
 
@@ -75,8 +75,6 @@ def build_engine(environ: Mapping[str, str] | None = None) -> FlowEngine:
             env["OPENAI_API_KEY"] = key
     flows = load_flows(env.get(FLOWS_VARIABLE))
     store = store_from_env(env)
-    if tracer is not None and getattr(store, "send_directly", False):
-        store.send_directly = False  # X-Ray traces the DynamoDB requests that botocore sends, and only those
     engine = FlowEngine(flows=flows, session_store=store, providers=default_registry(env))
     logger.info("Engine ready", extra={"flows": engine.get_flow_names(), "store": type(engine.session_store).__name__})
     return engine

@@ -58,7 +58,7 @@ class AnthropicProvider(ModelProvider):
             )
 
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
-        """A ``ChatAnthropic`` with a request timeout and client-side retries off (the runner makes the attempts)."""
+        """A ``ChatAnthropic`` with a request timeout; its client retries transport failures itself."""
         env = os.environ if self._environ is None else self._environ
         api_key = self._api_key or env_value(env, "ANTHROPIC_API_KEY")
         if not api_key:

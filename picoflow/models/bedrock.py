@@ -10,6 +10,7 @@ from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
 from picoflow.models.common import (
+    CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
     check_common_values,
     checked_params,
@@ -60,8 +61,8 @@ class BedrockProvider(ModelProvider):
                 raise PicoFlowError(f"Model '{label}' {key} must be an object.")
 
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
-        """A ``ChatBedrockConverse`` whose boto3 client has connect and read timeouts and makes one attempt
-        per call (the runner makes the attempts)."""
+        """A ``ChatBedrockConverse`` whose boto3 client has connect and read timeouts and retries transport
+        failures and throttling itself (botocore's standard mode)."""
         env = os.environ if self._environ is None else self._environ
         region = self._region or env_value(env, "AWS_REGION", "AWS_DEFAULT_REGION")
         if not region:
@@ -76,7 +77,7 @@ class BedrockProvider(ModelProvider):
         config = Config(
             connect_timeout=BEDROCK_CONNECT_TIMEOUT_SECONDS,
             read_timeout=options.pop("timeout", DEFAULT_TIMEOUT_SECONDS),
-            retries={"total_max_attempts": 1, "mode": "standard"},
+            retries={"total_max_attempts": CLIENT_RETRIES + 1, "mode": "standard"},
         )
         return usage_normalising(module.ChatBedrockConverse)(
             model=selection.name, region_name=region, config=config, **options

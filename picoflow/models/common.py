@@ -14,8 +14,10 @@ from picoflow.models.selection import ModelSelection
 DEFAULT_TIMEOUT_SECONDS = 60.0
 """The per-request timeout of every built-in provider's client, unless a selection sets ``timeout``."""
 
-CLIENT_RETRIES = 0
-"""Retries a provider's client makes on its own: none, the runner makes the attempts (``retry_attempts``)."""
+CLIENT_RETRIES = 2
+"""Retries a provider's SDK client makes on its own after a transport failure (a lost connection, a timeout,
+408, 429 or 5xx), waiting as ``Retry-After`` says; PicoFlow's own attempts (``retry_attempts``) are for what only
+it can judge (see ``picoflow.recovery.is_transient_error``)."""
 
 # Connection and retry settings belong to the provider and the runner, never to a selection's params.
 RESERVED_PARAMS: dict[str, str] = {
@@ -42,8 +44,8 @@ RESERVED_PARAMS: dict[str, str] = {
     "region_name": "the Region belongs to the provider (AWS_REGION)",
     "client": "the client belongs to the provider",
     "config": "the client belongs to the provider",
-    "max_retries": "set retry_attempts on the selection; PicoFlow makes the attempts itself",
-    "retries": "set retry_attempts on the selection; PicoFlow makes the attempts itself",
+    "max_retries": "transport retries belong to the provider's client; set retry_attempts for PicoFlow's own",
+    "retries": "transport retries belong to the provider's client; set retry_attempts for PicoFlow's own",
 }
 
 

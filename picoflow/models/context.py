@@ -1,5 +1,5 @@
 """What the running model call is for: its step (so a test model can answer each step from its own replies) and
-the time by which it must answer (so a client working on a thread can stop waiting then too)."""
+the time by which it must answer (so a client never starts a retry wait that would end after it)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
 from picoflow.models.common import (
+    CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
     check_common_values,
     checked_params,
@@ -26,8 +27,8 @@ GOOGLE_PARAMS = frozenset(
 )
 """The parameters a ``google`` selection may set (``max_tokens`` is read as ``max_output_tokens``)."""
 
-# One attempt, no retry: the Google client reads 0 as "its default number of retries".
-_GOOGLE_CLIENT_ATTEMPTS = 1
+# The Google client counts attempts, the first included (0 would mean its own default).
+_GOOGLE_CLIENT_ATTEMPTS = CLIENT_RETRIES + 1
 
 
 class GoogleProvider(ModelProvider):

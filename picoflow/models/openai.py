@@ -6,11 +6,12 @@ One ``OpenAIProvider`` class serves the whole family; ``OPENAI_COMPATIBLE`` says
 
 from __future__ import annotations
 
+import email.utils
 import functools
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -18,7 +19,6 @@ from urllib.parse import urlsplit
 from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
-from picoflow.models._openai_direct import DirectCompletions
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -31,7 +31,6 @@ from picoflow.models.common import (
 from picoflow.models.context import call_deadline
 from picoflow.models.registry import ModelProvider
 from picoflow.models.selection import ModelSelection
-from picoflow.threads import run_blocking
 
 _CHAT_PARAMS = frozenset(
     {"temperature", "top_p", "max_tokens", "max_completion_tokens", "timeout", "seed", "stop",
@@ -148,8 +147,7 @@ class OpenAIProvider(ModelProvider):
             check_accepted(label, params, accepted)
 
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
-        """A chat model for ``selection`` with a request timeout and client-side retries off (the runner
-        makes the attempts)."""
+        """A chat model for ``selection`` with a request timeout; its client retries transport failures."""
         endpoint = self.endpoint
         env = os.environ if self._environ is None else self._environ
         api_key = self._api_key or env_value(env, endpoint.key_env)
@@ -169,7 +167,7 @@ class OpenAIProvider(ModelProvider):
             if base_url:
                 options["base_url"] = base_url
             else:
-                # OpenAI's own endpoint reports usage in streams; see _built for why this is set here.
+                # OpenAI's own endpoint reports usage in streams (LangChain assumes so only without a client of ours).
                 options["stream_usage"] = True
             return _built(ChatOpenAI, model=selection.name, api_key=api_key, max_retries=CLIENT_RETRIES, **options)
         base_url = _with_bare_host_path(base_url or endpoint.default_base_url or "", endpoint.bare_host_path)
@@ -207,7 +205,7 @@ class OpenAIProvider(ModelProvider):
             )
         from langchain_openai import AzureChatOpenAI
 
-        # Azure's endpoint reports usage in streams; see _built for why this is set here.
+        # Azure's endpoint reports usage in streams (LangChain assumes so only without a client of ours).
         options.setdefault("stream_usage", True)
         return _built(
             AzureChatOpenAI,
@@ -221,75 +219,45 @@ class OpenAIProvider(ModelProvider):
         )
 
 
-# The shortest request timeout handed to the client, so a call made at its deadline fails fast instead of hanging.
-MIN_REQUEST_SECONDS = 0.05
-
-
 def _built(chat_class: type[BaseChatModel], **options: Any) -> BaseChatModel:
-    """``_threaded(chat_class)(**options)`` whose asynchronous client is built only if something uses it.
+    """``chat_class(**options)`` whose asynchronous HTTP client gives up on a retry the turn has no time for.
 
-    Awaited calls take the synchronous client, so the asynchronous one, with a TLS context of its own to load,
-    is left to streaming and LangChain's other asynchronous paths: a plain ``chat_class(**options)`` builds it
-    the first time one of them reads it, configured like the synchronous one. Supplying a client also turns off
-    LangChain's default of usage in streams from OpenAI's and Azure's own endpoints, which the provider
-    therefore sets itself.
+    The OpenAI client retries connection errors, timeouts, 408, 409, 429 and 5xx itself, waiting as
+    ``Retry-After`` says. When that wait would end after the running call's deadline, the response is marked
+    ``x-should-retry: false`` (the SDK's own signal) so the failure surfaces at once, as a throttled model,
+    instead of the wait running into the deadline.
     """
-    twin = functools.cache(lambda: chat_class(**options))
-    model = _threaded(chat_class)(
-        **options,
-        async_client=_BuiltOnFirstUse(lambda: twin().async_client),
-        root_async_client=_BuiltOnFirstUse(lambda: twin().root_async_client),
-    )
-    if model.client is not None:
-        model.client = DirectCompletions(model.client)
-    return model
+    from openai import DefaultAsyncHttpxClient
+
+    return chat_class(**options, http_async_client=DefaultAsyncHttpxClient(event_hooks={"response": [_no_late_retry]}))
 
 
-class _BuiltOnFirstUse:
-    """Stands in for a client: ``build()`` makes the real one when an attribute of it is first read."""
-
-    def __init__(self, build: Callable[[], Any]) -> None:
-        self._build = build
-
-    def __getattr__(self, name: str) -> Any:
-        build = self.__dict__.get("_build")
-        # Special names (copying, pickling, introspection) and a half-made copy never build the client.
-        if build is None or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(build(), name)
+_RETRIED_STATUSES = frozenset({408, 409, 429})
 
 
-@functools.cache
-def _threaded(chat_class: type[BaseChatModel]) -> type[BaseChatModel]:
-    """``chat_class`` whose awaited calls run its synchronous call path and OpenAI client on a worker thread.
+async def _no_late_retry(response: Any) -> None:
+    deadline = call_deadline.get()
+    status = response.status_code
+    if deadline is None or (status not in _RETRIED_STATUSES and status < 500):
+        return
+    wait = retry_after_seconds(response.headers)
+    if wait is not None and time.monotonic() + wait >= deadline:
+        response.headers["x-should-retry"] = "false"
 
-    Per call the synchronous path costs less CPU than the asynchronous one, and a first turn then never
-    imports the asynchronous network stack (anyio with its TLS streams): a tenth of a Lambda cold start. The
-    event loop stays free all the same, and the attempt's timeout still bounds the wait.
-    """
 
-    class Threaded(chat_class):  # type: ignore[misc, valid-type]
-        async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
-            # LangChain's synchronous call path (callbacks, cache, generation) costs less CPU than its
-            # asynchronous twin, and the request waits on a worker thread either way.
-            return await run_blocking(functools.partial(self.invoke, input, config, **kwargs))
-
-        # The explicit signatures matter: LangChain passes run_manager only to a method that declares it.
-        async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
-            sync_manager = run_manager.get_sync() if run_manager is not None else None
-            return await run_blocking(
-                functools.partial(self._generate, messages, stop=stop, run_manager=sync_manager, **kwargs)
-            )
-
-        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
-            deadline = call_deadline.get()
-            if deadline is not None and "timeout" not in kwargs:
-                # An abandoned call's thread then stops waiting when its caller did, not at the client's timeout.
-                kwargs["timeout"] = max(deadline - time.monotonic(), MIN_REQUEST_SECONDS)
-            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
-
-    Threaded.__name__ = Threaded.__qualname__ = chat_class.__name__
-    return Threaded
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The wait a response asks for in ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    for name, divisor in (("retry-after-ms", 1000), ("retry-after", 1)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return float(value) / divisor
+        except ValueError:
+            pass
+    stamp = headers.get("retry-after")
+    parsed = email.utils.parsedate_tz(stamp) if stamp else None
+    return None if parsed is None else email.utils.mktime_tz(parsed) - time.time()
 
 
 @functools.cache

@@ -30,7 +30,7 @@ from picoflow.parsing import strip_fence
 Reply = AIMessage | Mapping[str, Any]
 
 _REPLY_KEYS = frozenset(
-    {"content", "tool_calls", "usage", "response_metadata", "refusal", "delay", "error", "step", "tools"}
+    {"content", "tool_calls", "usage", "response_metadata", "refusal", "delay", "error", "status", "step", "tools"}
 )
 _USAGE_KEYS = frozenset(
     {"input_tokens", "output_tokens", "total_tokens", "input_token_details", "output_token_details"}
@@ -44,7 +44,8 @@ class ScriptedProvider(ModelProvider):
     ``tool_calls`` (``[{"name", "args", "id"?}]``), ``usage`` (``input_tokens``, ``output_tokens`` and
     optionally ``total_tokens``, ``input_token_details``, ``output_token_details``), ``response_metadata``,
     ``refusal`` (a provider refusal text, carried in ``additional_kwargs`` as OpenAI does),
-    ``delay`` (seconds to wait before answering) and ``error`` (a message to raise instead of answering).
+    ``delay`` (seconds to wait before answering) and ``error`` (a message to raise instead of answering, as a
+    failure of HTTP status ``status``: 503 by default, which is retried; 400 or 401 are not).
     A reply with ``step`` (and optionally ``tools``, the exact set of tool names bound to the call) answers
     only the model calls of that step, whatever order concurrent workers call in; replies without one are
     served in order to every other call.
@@ -206,6 +207,7 @@ class _Turn:
     message: AIMessage | None
     error: str | None
     delay: float
+    status: int = 503
 
     @classmethod
     def build(cls, reply: Reply, call_number: int, provider_name: str, model_name: str) -> _Turn:
@@ -215,7 +217,7 @@ class _Turn:
             return cls(message=message, error=None, delay=0.0)
         delay = float(reply.get("delay") or 0)
         if reply.get("error") is not None:
-            return cls(message=None, error=str(reply["error"]), delay=delay)
+            return cls(message=None, error=str(reply["error"]), delay=delay, status=int(reply.get("status") or 503))
         content = reply.get("content", "")
         if isinstance(content, dict):
             content = json.dumps(content)
@@ -237,7 +239,7 @@ class _Turn:
 
     def result(self) -> ChatResult:
         if self.message is None:
-            raise ScriptedModelError(self.error)
+            raise ScriptedModelError(self.error, self.status)
         return ChatResult(generations=[ChatGeneration(message=self.message)])
 
 
@@ -259,6 +261,11 @@ def _checked_reply(reply: Any, index: int) -> Reply:
     delay = reply.get("delay")
     if delay is not None and (not isinstance(delay, int | float) or delay < 0):
         raise PicoFlowError(f"{where} delay must be a non-negative number of seconds.")
+    status = reply.get("status")
+    if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599):
+        raise PicoFlowError(f"{where} status must be an HTTP error status (400 to 599).")
+    if status is not None and reply.get("error") is None:
+        raise PicoFlowError(f"{where} sets a status without an error.")
     if "step" in reply and (not isinstance(reply["step"], str) or not reply["step"]):
         raise PicoFlowError(f"{where} step must name the step the reply answers.")
     tools = reply.get("tools")

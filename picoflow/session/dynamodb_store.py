@@ -16,14 +16,10 @@ import threading
 import time
 import zlib
 from typing import Any
-from urllib.parse import urlsplit
 
-import botocore.session
-from botocore import xform_name
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
-from botocore.utils import get_environ_proxies
 
 from picoflow.errors import (
     SessionConflictError,
@@ -32,7 +28,6 @@ from picoflow.errors import (
     SessionTooLargeError,
 )
 from picoflow.session.document import FlowDoc, SessionDoc, format_timestamp
-from picoflow.session.dynamodb_wire import DynamoDBWire
 from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
 from picoflow.threads import run_blocking
 
@@ -45,17 +40,14 @@ CONNECT_TIMEOUT_SECONDS = 2
 READ_TIMEOUT_SECONDS = 5
 MAX_ATTEMPTS = 3
 
-# Throttling and connection errors are retried with jittered exponential backoff, then surface as a 503
-# SessionStoreError. botocore's ``max_attempts`` counts retries only, so the budget is spelled with
-# ``total_max_attempts``: 3 attempts in all, whose throttling backoff is at most 1 s + 2 s, which keeps a turn's
-# read and write well inside the Lambda timeout.
-# The store builds every request itself, so botocore's client-side parameter validation only re-checks our own
-# code on each call; DynamoDB still validates every request it receives.
+# Throttling and connection errors are retried by botocore (standard mode: jittered exponential backoff with a
+# retry quota), then surface as a 503 SessionStoreError. ``total_max_attempts`` counts the first attempt too:
+# 3 in all, whose backoff is at most 1 s + 2 s, which keeps a turn's read and write well inside the Lambda timeout.
+# A ``config`` given to the store is merged over these defaults, so it may change any of them.
 CLIENT_CONFIG = Config(
     connect_timeout=CONNECT_TIMEOUT_SECONDS,
     read_timeout=READ_TIMEOUT_SECONDS,
     retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
-    parameter_validation=False,
 )
 
 _UNAVAILABLE_CODES = frozenset(
@@ -69,41 +61,56 @@ _UNAVAILABLE_CODES = frozenset(
 )
 
 
+def user_agent_extra() -> str:
+    """``picoflow/<version>``: what every client the store builds adds to its User-Agent."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"picoflow/{version('picoflow-aws').split('+')[0]}"
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "picoflow/unknown"
+
+
 class DynamoDBSessionStore(SessionStore):
     """Session documents in a DynamoDB table keyed by ``id`` (S), with compare-and-swap on ``revision``.
 
-    Without ``client`` the store resolves endpoint, region and credentials as a boto3 client would (from
-    ``endpoint_url``, ``region_name`` and the usual AWS environment) and sends its requests itself
-    (``DynamoDBWire``: the same signed requests and retry policy for a fraction of the CPU), unless a proxy is
-    configured or ``send_directly`` is False. Pass ``client`` to send every request through that low-level
-    client instead (its configuration, stubs and event hooks all apply). With ``ttl_seconds``
-    every write stamps ``expiresAt`` so DynamoDB TTL can remove abandoned sessions.
+    Every request goes through a botocore DynamoDB client, so its configuration, event hooks, stubs
+    (``botocore.stub.Stubber``), moto and tracing instrumentation all apply. The client is, in order:
 
+    - ``client``: a DynamoDB client of your own (``boto3.client("dynamodb")``), used as it is;
+    - else one made from ``session`` (a ``boto3.Session`` or a botocore session), or from a private botocore
+      session resolving region and credentials as boto3 would; with ``endpoint_url`` and ``region_name``, and
+      ``config`` (a botocore ``Config``: timeouts, retry mode and attempts, proxies, user agent) merged over
+      ``CLIENT_CONFIG``. Such a client adds ``picoflow/<version>`` to its User-Agent.
+
+    With ``ttl_seconds`` every write stamps ``expiresAt`` so DynamoDB TTL can remove abandoned sessions.
     ``max_document_bytes`` (the item size, names included) defaults to DynamoDB's 400 KB item limit;
     set it lower to keep headroom, never higher.
     """
 
     max_document_bytes: int | None = MAX_ITEM_BYTES
-    #: False sends every request through the botocore client, e.g. for instrumentation that patches botocore
-    #: (the Lambda handler sets it when X-Ray tracing is on). Read when the client is first built.
-    send_directly: bool = True
 
     def __init__(
         self,
         table_name: str,
         *,
         client: Any = None,
+        session: Any = None,
+        config: Config | None = None,
         endpoint_url: str | None = None,
         region_name: str | None = None,
         ttl_seconds: int | None = None,
     ) -> None:
+        if client is not None and (session is not None or config is not None):
+            raise ValueError("Give DynamoDBSessionStore a client, or a session and/or a config, not both.")
         self.table_name = table_name
         self.endpoint_url = endpoint_url
         self.region_name = region_name
         self.ttl_seconds = ttl_seconds
         self._client = client
+        self._session = session
+        self._config = config
         self._owns_client = client is None
-        self._wire: DynamoDBWire | None = None
         self._client_lock = threading.Lock()
 
     async def load(self, session_id: str) -> SessionDoc | None:
@@ -113,7 +120,7 @@ class DynamoDBSessionStore(SessionStore):
         response = await self._call(
             "load",
             session_id,
-            "GetItem",
+            "get_item",
             TableName=self.table_name,
             Key={"id": {"S": session_id}},
             ConsistentRead=True,
@@ -138,7 +145,7 @@ class DynamoDBSessionStore(SessionStore):
         await self._call(
             "create",
             doc.id,
-            "PutItem",
+            "put_item",
             TableName=self.table_name,
             Item=item,
             ConditionExpression="attribute_not_exists(id)",
@@ -151,7 +158,7 @@ class DynamoDBSessionStore(SessionStore):
         await self._call(
             "save",
             written.id,
-            "PutItem",
+            "put_item",
             TableName=self.table_name,
             Item=item,
             ConditionExpression="#rev = :expected AND #flow = :flow",
@@ -171,23 +178,19 @@ class DynamoDBSessionStore(SessionStore):
             request["ConditionExpression"] = "#rev = :expected"
             request["ExpressionAttributeNames"] = {"#rev": "revision"}
             request["ExpressionAttributeValues"] = {":expected": {"N": str(expected_revision)}}
-        await self._call("delete", session_id, "DeleteItem", **request)
+        await self._call("delete", session_id, "delete_item", **request)
 
     async def close(self) -> None:
         if not self._owns_client:
             return
         with self._client_lock:
             client, self._client = self._client, None
-            wire, self._wire = self._wire, None
-        if wire is not None:
-            wire.close()
         if client is not None:
             await asyncio.to_thread(client.close)
 
     @property
     def client(self) -> Any:
-        """The low-level DynamoDB client (created on first use); the requests the store sends itself are
-        offered to its ``before-send`` event hooks, with lower-case header names."""
+        """The low-level DynamoDB client every request goes through (created on first use unless one was given)."""
         return self._get_client()
 
     def stored_size(self, doc: SessionDoc) -> int:
@@ -221,42 +224,31 @@ class DynamoDBSessionStore(SessionStore):
     def _get_client(self) -> Any:
         with self._client_lock:
             if self._client is None:
-                # A private session: the default session is not safe to share between threads.
-                session = botocore.session.Session()
-                self._client = session.create_client(
-                    "dynamodb", endpoint_url=self.endpoint_url, region_name=self.region_name, config=CLIENT_CONFIG
-                )
-                url = self._client.meta.endpoint_url
-                # The wire speaks to the endpoint directly; through a proxy, botocore does the talking.
-                if self.send_directly and urlsplit(url).scheme not in get_environ_proxies(url):
-                    self._wire = DynamoDBWire(
-                        self._client,
-                        session.get_credentials(),
-                        connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                        read_timeout=READ_TIMEOUT_SECONDS,
-                        max_attempts=MAX_ATTEMPTS,
-                        ca_bundle=session.get_config_variable("ca_bundle"),
-                    )
+                config = CLIENT_CONFIG.merge(self._config) if self._config is not None else CLIENT_CONFIG
+                # Appended to, not replaced by, the caller's own extra.
+                extra = " ".join(filter(None, (config.user_agent_extra, user_agent_extra())))
+                config = config.merge(Config(user_agent_extra=extra))
+                options = {"endpoint_url": self.endpoint_url, "region_name": self.region_name, "config": config}
+                session = self._session
+                if session is None:
+                    import botocore.session
+
+                    # A private session: botocore's default session is not safe to share between threads.
+                    session = botocore.session.Session()
+                create = getattr(session, "create_client", None) or session.client  # botocore's or boto3's
+                self._client = create("dynamodb", **options)
             return self._client
 
-    def _send(self, action: str, request: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, operation: str, session_id: str, method: str, **request: Any) -> dict[str, Any]:
         client = self._get_client()
-        wire = self._wire
-        if wire is not None:
-            return wire.call(action, request)
-        return getattr(client, xform_name(action))(**request)
-
-    async def _call(self, operation: str, session_id: str, action: str, **request: Any) -> dict[str, Any]:
-        def call() -> dict[str, Any]:
-            return self._send(action, request)
-
+        send = getattr(client, method)
         try:
-            return await run_blocking(call)
+            return await run_blocking(lambda: send(**request))
+        except client.exceptions.ConditionalCheckFailedException:
+            raise SessionConflictError(session_id) from None
         except ClientError as exc:
             error = exc.response.get("Error", {})
             code = error.get("Code", "")
-            if code == "ConditionalCheckFailedException":
-                raise SessionConflictError(session_id) from None
             if code == "ValidationException" and "item size" in str(error.get("Message", "")).lower():
                 limit = self._limit()
                 size = item_size(request["Item"]) if "Item" in request else limit + 1
@@ -273,12 +265,10 @@ class DynamoDBSessionStore(SessionStore):
         except HTTPClientError as exc:
             # Sent, then no answer (read timeout, connection dropped): a write may have landed all the same.
             raise SessionStoreError(
-                operation, session_id, f"{type(exc).__name__}: {exc}", status_code=503, ambiguous=action != "GetItem"
+                operation, session_id, f"{type(exc).__name__}: {exc}", status_code=503, ambiguous=method != "get_item"
             ) from exc
         except BotoCoreError as exc:
             raise SessionStoreError(operation, session_id, f"{type(exc).__name__}: {exc}") from exc
-
-
 
 
 def item_size(item: dict[str, dict[str, Any]]) -> int:

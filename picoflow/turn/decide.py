@@ -27,6 +27,7 @@ from picoflow.decision_step import DecisionStep
 from picoflow.errors import DecisionValidationError, ParallelCancelledError, PicoFlowError
 from picoflow.execution import cancellation_signal
 from picoflow.protocols import Runtime
+from picoflow.recovery import is_transient_error
 from picoflow.session.document import SessionDoc, TokenUsage
 from picoflow.transitions import Transition, as_transition
 from picoflow.turn.deadline import time_left
@@ -227,4 +228,4 @@ def _is_transient(provider: DecisionProvider, error: Exception) -> bool:
     judge = getattr(provider, "should_retry", None)
     if callable(judge):
         return bool(judge(error))
-    return not isinstance(error, PicoFlowError)
+    return is_transient_error(error)

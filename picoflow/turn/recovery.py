@@ -5,17 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from picoflow.errors import LlmBlockedError, PicoFlowError
-from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext, RetryWithModel
+from picoflow.recovery import (
+    LlmAttemptErrorContext,
+    LlmBlockedContext,
+    LlmErrorContext,
+    RetryWithModel,
+    is_transient_error,
+)
 from picoflow.step import Step
 
 
 def should_retry(step: Step, context: LlmAttemptErrorContext) -> bool:
-    """The step's decision, else the flow's, else retry while attempts remain."""
+    """The step's decision, else the flow's, else ``is_transient_error``."""
     for owner in (step, step.flow):
         decision = owner.should_retry_llm_error(context)
         if decision is not None:
             return bool(decision)
-    return True
+    return is_transient_error(context.error)
 
 
 async def recover_from_error(step: Step, context: LlmErrorContext) -> Any:

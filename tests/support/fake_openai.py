@@ -68,12 +68,13 @@ def completion_chunks(completion: dict[str, Any], *, usage: bool) -> list[dict[s
 class FakeOpenAIServer:
     """Serves POST /v1/chat/completions from ``responses`` in order, on a free loopback port.
 
-    Each response is a body to return with status 200, or ``(status, body)``, sent ``delay`` seconds after its
+    Each response is a body to return with status 200, or ``(status, body)`` or ``(status, body, headers)``, sent
+    ``delay`` seconds after its
     request arrived; a request asking for a stream gets a 200 body as server-sent chunks. ``requests`` holds the
     parsed JSON bodies received and ``headers`` their headers. Use as a context manager.
     """
 
-    def __init__(self, responses: list[dict[str, Any] | tuple[int, dict[str, Any]]], *, delay: float = 0.0) -> None:
+    def __init__(self, responses: list[dict[str, Any] | tuple[Any, ...]], *, delay: float = 0.0) -> None:
         self._responses = list(responses)
         self.delay = delay
         self._lock = threading.Lock()
@@ -97,7 +98,7 @@ class FakeOpenAIServer:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[Any, ...]:
         problems = conversation_problems(body.get("messages") or [])
         with self._lock:
             self.requests.append(body)
@@ -120,7 +121,7 @@ class FakeOpenAIServer:
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
-                status, payload = server._next(body, {k.lower(): v for k, v in self.headers.items()})
+                status, payload, *extra = server._next(body, {k.lower(): v for k, v in self.headers.items()})
                 time.sleep(server.delay)
                 if status == 200 and body.get("stream"):
                     usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -128,13 +129,15 @@ class FakeOpenAIServer:
                     events = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks)
                     self._send(200, "text/event-stream", (events + "data: [DONE]\n\n").encode())
                     return
-                self._reply(status, payload)
+                self._reply(status, payload, *extra)
 
-            def _reply(self, status: int, payload: dict[str, Any]) -> None:
-                self._send(status, "application/json", json.dumps(payload).encode())
+            def _reply(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                self._send(status, "application/json", json.dumps(payload).encode(), headers)
 
-            def _send(self, status: int, content_type: str, data: bytes) -> None:
+            def _send(self, status: int, content_type: str, data: bytes, headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
