@@ -20,6 +20,7 @@ from picoflow import (
     go,
     stay,
     tool,
+    tools,
 )
 from picoflow.tools import InvalidToolArguments, typed_tool_specs
 from tests.support.engine import call, scripted_engine, text
@@ -314,3 +315,62 @@ async def test_the_steps_own_feedback_for_invalid_arguments_reaches_the_model():
     )
     doc = await engine.session_store.load(response.session)
     assert doc.flow.current_step == "MoveInStep"
+
+
+class AbruptMoveInStep(MoveInStep):
+    async def on_invalid_tool_arguments(self, invalid: InvalidToolArguments) -> Any:
+        return direct("Please type the move-in date as YYYY-MM-DD.")
+
+
+class AbruptMoveInFlow(MoveInFlow):
+    def define_steps(self) -> list[Step]:
+        return [AbruptMoveInStep(self), DoneStep(self)]
+
+
+async def test_the_steps_answer_to_invalid_arguments_may_be_a_direct_reply():
+    engine, model = scripted_engine([AbruptMoveInFlow], [call(("save_move_in", {"day": "soon"}))])
+    response = await engine.run("AbruptMoveInFlow", "I move in soon")
+    assert response.success and response.message == "Please type the move-in date as YYYY-MM-DD."
+    assert len(model.calls) == 1
+    doc = await engine.session_store.load(response.session)
+    stored = doc.flow.memory["AbruptMoveInStep"].messages
+    # The call still gets its tool result (the default wording: a direct reply carries no feedback).
+    assert stored[-2].content.startswith("Invalid arguments for tool 'save_move_in': day: ")
+
+
+class CityArgs(BaseModel):
+    city: str
+
+
+class ForecastStep(Step):
+    batches: list[list[dict[str, Any]]] = []
+
+    @tool
+    async def forecast(self, args: CityArgs) -> Any:
+        """Forecast one city."""
+        return stay("sunny")
+
+    @tools(["forecast"])
+    async def forecast_all(self, calls: list[dict[str, Any]]) -> Any:
+        ForecastStep.batches.append([c["args"] for c in calls])
+        return stay("all sunny")
+
+    async def on_invalid_tool_arguments(self, invalid: InvalidToolArguments) -> Any:
+        return f"Name the city to forecast ({invalid.problems})."
+
+
+class ForecastFlow(MoveInFlow):
+    def define_steps(self) -> list[Step]:
+        return [ForecastStep(self)]
+
+
+async def test_a_group_handlers_invalid_call_gets_the_steps_feedback_too():
+    ForecastStep.batches = []
+    engine, model = scripted_engine(
+        [ForecastFlow], [call(("forecast", {"city": "Oslo"}), ("forecast", {"town": "Rome"})), text("Which city?")]
+    )
+    response = await engine.run("ForecastFlow", "weather in Oslo and that other place")
+    assert response.message == "Which city?" and ForecastStep.batches == []
+    not_run, invalid = model.calls[1][-2:]
+    assert not_run.content == "Not run: another call in this batch had invalid arguments."
+    assert invalid.content == "Name the city to forecast (city: Field required)."
