@@ -11,6 +11,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from langchain_core.messages import BaseMessage
+
     from picoflow.decision import (
         ChatDecisionProvider,
         Choice,
@@ -72,7 +74,7 @@ if TYPE_CHECKING:
     from picoflow.session.sqlite_store import SQLiteSessionStore
     from picoflow.session.store import SessionStore
     from picoflow.step import LogicStep, Step, TerminateSessionStep
-    from picoflow.tools import ToolSpec, tool, tools
+    from picoflow.tools import InvalidToolArguments, ToolSpec, tool, tools
     from picoflow.transitions import Transition, direct, direct_result, direct_to, finish, go, stay
 
     __version__: str
@@ -80,6 +82,8 @@ if TYPE_CHECKING:
 # Where each public name lives.
 _EXPORTS: dict[str, str] = {
     "AiMessageEx": "picoflow.messages",
+    # The type of the messages hooks such as ``Step.on_crossing`` receive and return: LangChain's own.
+    "BaseMessage": "langchain_core.messages",
     "BranchResult": "picoflow.parallel",
     "CancellationSignal": "picoflow.parallel",
     "ChatDecisionProvider": "picoflow.decision",
@@ -97,6 +101,7 @@ _EXPORTS: dict[str, str] = {
     "Flow": "picoflow.flow",
     "FlowEngine": "picoflow.engine",
     "HumanMessageEx": "picoflow.messages",
+    "InvalidToolArguments": "picoflow.tools",
     "LlmAttemptErrorContext": "picoflow.recovery",
     "LlmBlockedContext": "picoflow.recovery",
     "LlmBlockedError": "picoflow.errors",
@@ -153,6 +158,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "AiMessageEx",
+    "BaseMessage",
     "BranchResult",
     "CancellationSignal",
     "ChatDecisionProvider",
@@ -170,6 +176,7 @@ __all__ = [
     "Flow",
     "FlowEngine",
     "HumanMessageEx",
+    "InvalidToolArguments",
     "LlmAttemptErrorContext",
     "LlmBlockedContext",
     "LlmBlockedError",

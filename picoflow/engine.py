@@ -38,6 +38,7 @@ from picoflow.flow import Flow
 from picoflow.logger import SessionLogger
 from picoflow.logger import library_log as _log
 from picoflow.models.registry import ModelProvider, ProviderRegistry
+from picoflow.registration import check_flow_configuration
 from picoflow.results import RunResponse
 from picoflow.session.document import FlowDoc, SessionDoc, TokenUsage
 from picoflow.session.factory import store_from_env
@@ -129,7 +130,11 @@ class FlowEngine:
     # -- registration -------------------------------------------------------------------------
 
     def register_flows(self, flows: Iterable[type[Flow]] | Mapping[str, type[Flow]]) -> FlowEngine:
-        """Register flows by list (named by ``Flow.id``) or by mapping; the batch is all-or-nothing."""
+        """Register flows by list (named by ``Flow.id``) or by mapping; the batch is all-or-nothing.
+
+        Each flow's configuration is checked against this engine's providers first (``check_flow_configuration``):
+        a mistake no request could run with raises ``PicoFlowError`` here instead of failing users' turns.
+        """
         pairs = list(flows.items()) if isinstance(flows, Mapping) else [(None, cls) for cls in flows]
         staged: dict[str, type[Flow]] = {}
         for key, cls in pairs:
@@ -141,6 +146,8 @@ class FlowEngine:
             if name in self._flows or name in staged:
                 raise PicoFlowError(f"Flow '{name}' is already registered.")
             staged[name] = cls
+        for cls in staged.values():
+            check_flow_configuration(cls, self.providers)
         self._flows.update(staged)
         return self
 

@@ -20,7 +20,7 @@ from picoflow.protocols import FlowView, Runtime
 from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc
 from picoflow.state import deep_merge, read_path
 from picoflow.step import Step, TerminateSessionStep
-from picoflow.tools import ToolSpec
+from picoflow.tools import ToolDeclaration, ToolSpec, tool_registry, typed_tool_specs
 from picoflow.transitions import step_name
 
 if TYPE_CHECKING:
@@ -343,20 +343,27 @@ class Flow:
         steps: dict[str, Step] = {}
         for step in self.define_steps():
             if step.id in steps:
-                raise PicoFlowError(f"Step '{step.id}' is registered twice in flow '{self.id}'.")
+                raise PicoFlowError(
+                    f"Step '{step.id}' is registered twice in flow '{self.id}': register it once in define_steps(), "
+                    "or subclass it (with its own id) for a second role."
+                )
             steps[step.id] = step
         if not steps:
-            raise PicoFlowError(f"Flow '{self.id}' defines no steps.")
+            raise PicoFlowError(f"Flow '{self.id}' defines no steps: return at least one step from define_steps().")
         self._steps = steps
-        registry: dict[str, ToolSpec] = {}
-        for spec in [*self.define_tools(), *(s for step in steps.values() for s in step.define_tools())]:
-            if spec.name in registry:
-                raise PicoFlowError(f"Duplicate tool '{spec.name}' registered in flow '{self.id}'.")
-            registry[spec.name] = spec
-        self._tools = registry
+        declarations = [ToolDeclaration(spec, "the flow's define_tools()") for spec in self.define_tools()]
+        for step in steps.values():
+            derived = set(typed_tool_specs(type(step)))
+            source = f"step '{step.id}'"
+            declarations += [ToolDeclaration(spec, source, spec in derived) for spec in step.define_tools()]
+        self._tools = tool_registry(declarations, self.id)
         for step in steps.values():
             for name in step._exposed_tool_names():
-                self._require_tool(name)
+                if name not in self._tools:
+                    raise PicoFlowError(
+                        f"Tool '{name}' is not defined in flow '{self.id}': step '{step.id}' offers it. Define it "
+                        "with a typed @tool handler or a ToolSpec in define_tools(), or stop offering it."
+                    )
 
     def _new_flow_doc(self) -> FlowDoc:
         """The flow object of a brand-new session, with the cursor on the initial step."""

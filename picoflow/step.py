@@ -23,7 +23,15 @@ from picoflow.recovery import (
 )
 from picoflow.session.document import StepDoc, format_timestamp, validate_namespace
 from picoflow.state import deep_merge, read_path
-from picoflow.tools import ToolSpec, decorated_tools, exposed_order, group_handlers, handled_tool_call, typed_tool_specs
+from picoflow.tools import (
+    InvalidToolArguments,
+    ToolSpec,
+    decorated_tools,
+    exposed_order,
+    group_handlers,
+    handled_tool_call,
+    typed_tool_specs,
+)
 from picoflow.transitions import Transition, go
 from picoflow.wire import PLAIN_TEXT
 
@@ -109,6 +117,15 @@ class Step:
     def use_tools(self) -> list[str]:
         """Names of tools to expose without a decorated handler here."""
         return []
+
+    async def on_invalid_tool_arguments(self, invalid: InvalidToolArguments) -> Any:
+        """Answer a tool call whose arguments failed the tool's schema; the handler does not run.
+
+        Return ``stay("what to fix")`` or a plain sentence (the tool result the model reads next; the step stays),
+        any other transition a handler may return (``go``, ``direct``, ...), or None for the default feedback
+        (``invalid.default_feedback()``: the tool, each problem and a request to call it again).
+        """
+        return None
 
     async def on_start(self) -> BaseMessage | None:
         """Runs once, for the initial step of a new session."""
@@ -399,12 +416,17 @@ class TerminateSessionStep(Step):
         return super().get_prompt() or CLOSING_PROMPT
 
     def define_tools(self) -> list[ToolSpec]:
+        """The flow-wide ``terminate_session`` definition, after the subclass's typed tools.
+
+        A handler of it elsewhere may take ``args: TerminateSessionStep.TerminateArgs``, a dict or no arguments.
+        """
         return [
+            *super().define_tools(),
             ToolSpec(
                 name="terminate_session",
                 description="End the conversation when the user asks to stop.",
                 schema=self.TerminateArgs,
-            )
+            ),
         ]
 
     async def terminate_session(self, args: dict[str, Any]) -> Transition:

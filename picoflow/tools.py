@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from picoflow.errors import PicoFlowError
 from picoflow.protocols import Named
+from picoflow.validation import validation_problems
 
 _TOOL_ATTR = "__picoflow_tool__"
 _GROUP_ATTR = "__picoflow_tools__"
@@ -51,6 +52,79 @@ class ToolSpec:
                 "parameters": _json_schema(self.schema),
             },
         }
+
+
+@dataclass(frozen=True)
+class InvalidToolArguments:
+    """A tool call whose arguments failed the tool's schema, as ``Step.on_invalid_tool_arguments`` receives it."""
+
+    #: The tool the model called.
+    name: str
+    #: The arguments as the model sent them (never logged by the framework).
+    args: dict[str, Any]
+    #: The schema's verdict.
+    error: ValidationError
+
+    @property
+    def problems(self) -> str:
+        """Each problem as ``field: what is wrong``, joined with ``; ``."""
+        return validation_problems(self.error, "arguments")
+
+    def default_feedback(self) -> str:
+        """The tool result the model gets when the step gives no feedback of its own."""
+        return (
+            f"Invalid arguments for tool '{self.name}': {self.problems}. "
+            "Call the tool again with corrected arguments."
+        )
+
+
+class NoArguments(BaseModel):
+    """The schema of a tool whose handler takes no arguments (``async def show_table(self)``)."""
+
+
+@dataclass(frozen=True)
+class ToolDeclaration:
+    """One declaration of a tool, as the flow collects them: the spec, who declared it, and how."""
+
+    spec: ToolSpec
+    #: Who declared it, for error messages: ``step 'ExploreStep'`` or ``the flow's define_tools()``.
+    source: str
+    #: Declared by a ``@tool`` handler's signature rather than by a ``ToolSpec`` written out.
+    derived: bool = False
+
+
+def tool_registry(declarations: Iterable[ToolDeclaration], flow_id: str) -> dict[str, ToolSpec]:
+    """The flow-wide tool registry: one spec per name, or an error naming both declarations of a clash.
+
+    A typed handler's declaration gives way to another of the same name that has its schema (so a base step's
+    typed tool inherited by two registered subclasses is one tool, and a handler annotated with
+    ``TerminateSessionStep.TerminateArgs`` reuses that step's definition); a handler taking no arguments gives
+    way to any other. Two ``ToolSpec``s written out with one name are a clash, as are two schemas.
+    """
+    chosen: dict[str, ToolDeclaration] = {}
+    for declaration in declarations:
+        name = declaration.spec.name
+        held = chosen.get(name)
+        if held is None or (_gives_way(held, declaration) and not _gives_way(declaration, held)):
+            chosen[name] = declaration
+        elif not _gives_way(declaration, held):
+            raise PicoFlowError(_duplicate_message(name, flow_id, held, declaration))
+    return {name: declaration.spec for name, declaration in chosen.items()}
+
+
+def _gives_way(declaration: ToolDeclaration, other: ToolDeclaration) -> bool:
+    """Whether ``declaration``, made by a handler's signature, yields to ``other`` of the same name."""
+    schema = declaration.spec.schema
+    return declaration.derived and (schema is NoArguments or schema is other.spec.schema)
+
+
+def _duplicate_message(name: str, flow_id: str, held: ToolDeclaration, clash: ToolDeclaration) -> str:
+    return (
+        f"Duplicate tool '{name}' registered in flow '{flow_id}': declared by {held.source} (schema "
+        f"{held.spec.schema.__name__}) and by {clash.source} (schema {clash.spec.schema.__name__}). Declare the "
+        "tool once (in Flow.define_tools() or on a base step the handling steps share) and annotate every "
+        "handler with that schema (or let it take no arguments), or rename one of the tools."
+    )
 
 
 @lru_cache(maxsize=512)
@@ -139,6 +213,10 @@ def group_handlers(cls: type) -> dict[frozenset[str], str]:
     return found
 
 
+def _parameters(func: Callable) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
+
+
 @lru_cache(maxsize=1024)
 def argument_model(func: Callable) -> type[BaseModel] | None:
     """The pydantic model a typed handler's argument is annotated with (``args: Model``), else None."""
@@ -146,7 +224,7 @@ def argument_model(func: Callable) -> type[BaseModel] | None:
         hints = typing.get_type_hints(func)
     except (NameError, TypeError):
         return None
-    parameters = [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
+    parameters = _parameters(func)
     if not parameters:
         return None
     hint = hints.get(parameters[0].name)
@@ -154,8 +232,15 @@ def argument_model(func: Callable) -> type[BaseModel] | None:
 
 
 @lru_cache(maxsize=1024)
+def takes_no_arguments(func: Callable) -> bool:
+    """Whether a handler (the plain function, not a bound method) takes nothing but ``self``."""
+    return not _parameters(func)
+
+
+@lru_cache(maxsize=1024)
 def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
-    """A ``ToolSpec`` for every ``@tool`` handler of ``cls`` whose argument is annotated with a pydantic model.
+    """A ``ToolSpec`` for every ``@tool`` handler of ``cls`` whose argument is annotated with a pydantic model,
+    or that takes no arguments at all (its schema is then the empty ``NoArguments``).
 
     The name is the tool's, the description the handler's docstring (first paragraph), the schema the annotation:
     such a tool is declared once, by its handler.
@@ -163,7 +248,7 @@ def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
     specs = []
     for name, attr in decorated_tools(cls).items():
         func = getattr(cls, attr)
-        schema = argument_model(func)
+        schema = argument_model(func) or (NoArguments if takes_no_arguments(func) else None)
         if schema is None:
             continue
         doc = inspect.getdoc(func) or ""

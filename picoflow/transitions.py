@@ -30,18 +30,31 @@ class Transition:
     finish: bool = False
 
     def with_tool_feedback(self, feedback: str) -> Transition:
+        """The tool result the model reads for the call that returned this (default ``input validated``)."""
         return replace(self, tool=feedback)
 
     def with_state(self, state: dict[str, Any]) -> Transition:
+        """Save ``state`` on the destination step, as its ``save_state(state)`` would, once the cursor is there.
+
+        The destination is the step this transition goes to: ``go(X).with_state(...)`` writes X's state (hand-over
+        of what X owns); ``stay(...)``, ``direct(...)`` and ``finish(...)`` write the executing step's.
+        """
         return replace(self, state=dict(state))
 
     def with_prompt(self, prompt: str) -> Transition:
+        """Save ``prompt`` as the destination step's ``_prompt``, which its default ``get_prompt()`` returns."""
         return replace(self, prompt=prompt)
 
     def with_message(self, message: BaseMessage) -> Transition:
+        """Hand ``message`` to the destination step: it opens the step's next model call (after the tool results).
+
+        Crossing into another step, that step's ``on_crossing(message, prior_step)`` receives it first and decides
+        what is kept. A ``DirectMessage`` is the reply itself, sent without a model call.
+        """
         return replace(self, message=message)
 
     def with_content_type(self, content_type: str) -> Transition:
+        """Set the destination step's response content type (e.g. ``application/json``)."""
         return replace(self, content_type=content_type)
 
 

@@ -731,17 +731,13 @@ def test_tools_and_structured_output_are_refused_when_steps_are_collected(step_c
         collected(Refused)
 
 
-async def test_a_refused_step_fails_the_turn_before_any_session_is_written():
+def test_a_refused_step_fails_the_registration_before_any_turn():
     class Refused(SupportFlow):
         def define_steps(self) -> list[Step]:
             return [WantsStructuredOutput(self), QuickStep(self)]
 
-    engine, _ = decision_engine([Refused], ScriptedDecisionProvider([]))
-    response = await engine.run("Refused", "Hello")
-    assert not response.success and response.error_code == "FLOW_SETUP_FAILED"
-    assert response.message == public_message("FLOW_SETUP_FAILED")
-    assert "struct_output_schema" in response.detail
-    assert response.session == "" and engine.session_store._rows == {}
+    with pytest.raises(PicoFlowError, match="Flow 'Refused' cannot be registered: .*struct_output_schema"):
+        decision_engine([Refused], ScriptedDecisionProvider([]))
 
 
 @pytest.mark.parametrize("questions", [{}, {"q": {"type": "choice"}}, {" ": BLOCKED}, "route"])

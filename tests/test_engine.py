@@ -74,15 +74,16 @@ class OtherFlow(Flow):
 
 
 def test_registration_by_list_and_mapping_with_validation():
-    engine = FlowEngine(flows=[ContextFlow], session_store=MemorySessionStore())
+    scripted = ProviderRegistry(override=ScriptedProvider([]))
+    engine = FlowEngine(flows=[ContextFlow], session_store=MemorySessionStore(), providers=scripted)
     assert engine.get_flow_names() == ["ContextFlow"]
     engine.register_flows({"OtherFlow": OtherFlow})
     assert engine.get_flow("OtherFlow") is OtherFlow
     with pytest.raises(PicoFlowError, match="Flow 'OtherFlow' is already registered."):
         engine.register_flow(OtherFlow)
     with pytest.raises(PicoFlowError, match="must match Flow ID"):
-        FlowEngine(flows={"Stable": OtherFlow}, session_store=MemorySessionStore())
-    fresh = FlowEngine(session_store=MemorySessionStore())
+        FlowEngine(flows={"Stable": OtherFlow}, session_store=MemorySessionStore(), providers=scripted)
+    fresh = FlowEngine(session_store=MemorySessionStore(), providers=scripted)
     with pytest.raises(PicoFlowError):
         fresh.register_flows([OtherFlow, OtherFlow])
     assert fresh.get_flow_names() == []  # the batch is all-or-nothing
@@ -144,7 +145,7 @@ async def test_initial_step_from_context_and_model_overrides_are_persisted_witho
     assert "sk-secret" not in json.dumps(dumped)
 
 
-async def test_invalid_initial_step_and_unknown_provider_fail_clearly():
+def test_an_invalid_initial_step_and_an_unknown_provider_fail_at_registration():
     class BadInitial(Flow):
         def config_model(self) -> ModelSelection:
             return ModelSelection(provider="scripted", name="m")
@@ -155,18 +156,29 @@ async def test_invalid_initial_step_and_unknown_provider_fail_clearly():
         def initial_step(self) -> type[Step] | None:
             return VipStep
 
-    engine, _ = scripted_engine([BadInitial], [])
-    response = await engine.run("BadInitial", "hi")
+    with pytest.raises(PicoFlowError, match="Flow 'BadInitial': initial_step\\(\\) names step 'VipStep'"):
+        scripted_engine([BadInitial], [])
+    with pytest.raises(PicoFlowError, match="provider 'scripted' is not registered"):
+        FlowEngine(flows=[OtherFlow], session_store=MemorySessionStore(), providers=[])
+
+
+async def test_an_initial_step_chosen_from_the_request_config_fails_that_turn_clearly():
+    class ConfiguredInitial(Flow):
+        def config_model(self) -> ModelSelection:
+            return ModelSelection(provider="scripted", name="m")
+
+        def define_steps(self) -> list[Step]:
+            return [WelcomeStep(self)]
+
+        def initial_step(self) -> type[Step] | None:
+            return VipStep if self.get_context("config.vip") else None
+
+    engine, _ = scripted_engine([ConfiguredInitial], [])
+    response = await engine.run("ConfiguredInitial", "hi", config={"vip": True})
     assert not response.success
     assert (response.error_code, response.status_code) == ("FLOW_SETUP_FAILED", 500)
     assert response.message == public_message("FLOW_SETUP_FAILED")
-    assert response.detail == "PicoFlowError: Initial step 'VipStep' is not defined in flow 'BadInitial'."
-
-    plain = FlowEngine(flows=[OtherFlow], session_store=MemorySessionStore(), providers=[])
-    response = await plain.run("OtherFlow", "hi")
-    assert not response.success and response.error_code == "FLOW_SETUP_FAILED"
-    assert response.message == public_message("FLOW_SETUP_FAILED")
-    assert "not registered" in response.detail
+    assert response.detail == "PicoFlowError: Initial step 'VipStep' is not defined in flow 'ConfiguredInitial'."
 
 
 async def test_flow_mismatch_leaves_the_stored_document_byte_for_byte_unchanged():

@@ -173,7 +173,8 @@ async def test_hallucinated_and_unhandled_tools_warn_and_continue():
             return [ToolSpec(name="lookup", description="Look something up", schema=CityArgs)]
 
         def use_tools(self) -> list[str]:
-            return ["lookup"]
+            # Offered only under a request's config: registration refuses a tool offered without a handler.
+            return ["lookup"] if self.get_context("config.loose") else []
 
     class LooseFlow(Flow):
         def config_model(self) -> ModelSelection:
@@ -185,7 +186,7 @@ async def test_hallucinated_and_unhandled_tools_warn_and_continue():
     engine, model = scripted_engine(
         [LooseFlow], [call(("lookup", {"city": "Paris"}), ("invented", {"x": 1})), text("done")]
     )
-    response = await engine.run("LooseFlow", "go")
+    response = await engine.run("LooseFlow", "go", config={"loose": True})
     assert response.success and response.message == "done"
     results = [m for m in model.calls[1] if isinstance(m, ToolMessage)]
     assert [(m.name, m.content) for m in results] == [

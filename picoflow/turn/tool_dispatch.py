@@ -13,10 +13,9 @@ from picoflow.errors import PicoFlowError
 from picoflow.flow import Flow
 from picoflow.messages import ToolMessageEx
 from picoflow.step import Step
-from picoflow.tools import argument_model, handling
+from picoflow.tools import InvalidToolArguments, argument_model, handling, takes_no_arguments
 from picoflow.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition
 from picoflow.turn.apply_transition import apply_transition
-from picoflow.validation import validation_problems
 
 
 @dataclass
@@ -29,7 +28,8 @@ class _ToolOutcome:
 
 async def _call_handler(step: Step, handler: Any, argument: Any, call: dict[str, Any] | None = None) -> Any:
     with handling(step, call):
-        result = handler(argument)
+        # A tool without arguments is handled by ``async def show_table(self)``.
+        result = handler() if takes_no_arguments(getattr(handler, "__func__", handler)) else handler(argument)
         return await result if inspect.isawaitable(result) else result
 
 
@@ -74,9 +74,12 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
         if any(isinstance(args, ValidationError) for _, args in checked):
             # The group handler owns the whole batch, so nothing runs until every call is valid.
             for call, args in checked:
-                feedback = (_validation_feedback(call["name"], args) if isinstance(args, ValidationError)
-                            else "Not run: another call in this batch had invalid arguments.")
-                outcome.messages.append(_tool_message(step, call, feedback, status="error"))
+                if isinstance(args, ValidationError):
+                    outcome.messages.append(await _refuse_arguments(flow, step, call, args, outcome))
+                else:
+                    outcome.messages.append(_tool_message(
+                        step, call, "Not run: another call in this batch had invalid arguments.", status="error"
+                    ))
             return outcome
         validated = [{**call, "args": _as_dict(args)} for call, args in checked]
         returned = await _call_handler(step, group, validated)
@@ -102,7 +105,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
             continue
         args = _checked_args(flow, call)
         if isinstance(args, ValidationError):
-            outcome.messages.append(_tool_message(step, call, _validation_feedback(name, args), status="error"))
+            outcome.messages.append(await _refuse_arguments(flow, step, call, args, outcome))
             continue
         handler = step._tool_handler(name)
         if handler is None:
@@ -158,6 +161,19 @@ def _tool_message(step: Step, call: dict[str, Any], content: str, status: str = 
     return ToolMessageEx(step, content, call.get("id") or "", name=call["name"], status=status)
 
 
-def _validation_feedback(name: str, exc: ValidationError) -> str:
-    problems = validation_problems(exc, "arguments")
-    return f"Invalid arguments for tool '{name}': {problems}. Call the tool again with corrected arguments."
+async def _refuse_arguments(
+    flow: Flow, step: Step, call: dict[str, Any], error: ValidationError, outcome: _ToolOutcome
+) -> ToolMessageEx:
+    """The tool result for a call with invalid arguments: the step's own feedback, or the default one."""
+    invalid = InvalidToolArguments(name=call["name"], args=dict(call.get("args") or {}), error=error)
+    hook = step.on_invalid_tool_arguments
+    answer = await _call_handler(step, hook, invalid, call)
+    if answer is None or isinstance(answer, str):
+        return _tool_message(step, call, answer or invalid.default_feedback(), status="error")
+    transition = _handler_route(step, hook, answer)
+    await apply_transition(flow, transition)
+    if transition.message is not None:
+        outcome.extra, outcome.finish = transition.message, transition.finish
+    # A bare stay() carries "input validated", which would tell the model the opposite of what happened.
+    feedback = transition.tool if transition.tool not in (None, TOOL_VALIDATED) else invalid.default_feedback()
+    return _tool_message(step, call, feedback, status="error")

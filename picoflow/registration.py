@@ -1,0 +1,92 @@
+"""What can be checked of a flow without a request, so a broken configuration fails when the flow is registered.
+
+The flow is built as a turn builds it, without a request's config and without ``init()``. Flow code that cannot
+run that way (a step list read from the request's config, say) leaves its part of the check to the first
+request, where the same problem answers ``FLOW_SETUP_FAILED``; problems the framework finds in what the flow
+declares fail the registration with the flow, the step and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from picoflow.errors import PicoFlowError
+from picoflow.flow import Flow
+from picoflow.models.registry import ProviderRegistry
+from picoflow.step import Step
+from picoflow.tools import group_handlers
+from picoflow.transitions import step_name
+
+
+def check_flow_configuration(flow_cls: type[Flow], providers: ProviderRegistry) -> None:
+    """Raise ``PicoFlowError`` when ``flow_cls`` declares something no request could run.
+
+    Checked: the steps (ids registered twice, none at all), the tools (offered but neither defined nor
+    handled, one name declared twice), the initial step, and every model selection against ``providers``.
+    """
+    try:
+        flow = flow_cls()
+        flow._collect_steps()
+    except PicoFlowError as exc:
+        raise PicoFlowError(f"Flow '{flow_cls.id}' cannot be registered: {exc.message}") from exc
+    except NotImplementedError as exc:
+        raise PicoFlowError(f"Flow '{flow_cls.id}' cannot be registered: {exc}") from exc
+    except Exception:  # noqa: BLE001 - flow code that needs a request: the first request checks it
+        return
+    _check_initial_step(flow)
+    for step in flow.get_steps():
+        _check_handlers(flow, step)
+    _check_models(flow, providers)
+
+
+def _declared(flow: Flow, hook: str) -> tuple[bool, Any]:
+    """``(True, value)`` of a flow hook, or ``(False, None)`` when it needs a request to answer."""
+    try:
+        return True, getattr(flow, hook)()
+    except PicoFlowError:
+        raise
+    except NotImplementedError as exc:
+        raise PicoFlowError(f"Flow '{flow.id}' cannot be registered: {exc}") from exc
+    except Exception:  # noqa: BLE001 - flow code that needs a request: the first request checks it
+        return False, None
+
+
+def _check_initial_step(flow: Flow) -> None:
+    known, initial = _declared(flow, "initial_step")
+    if not known or initial is None:
+        return
+    name = step_name(initial)
+    if flow.get_step(name) is None:
+        registered = ", ".join(step.id for step in flow.get_steps())
+        raise PicoFlowError(
+            f"Flow '{flow.id}': initial_step() names step '{name}', which define_steps() does not register. "
+            f"Register it in define_steps() or start on one of: {registered}."
+        )
+
+
+def _check_handlers(flow: Flow, step: Step) -> None:
+    grouped = {name for names in group_handlers(type(step)) for name in names}
+    for name in step._exposed_tool_names():
+        if step._tool_handler(name) is None and name not in grouped:
+            raise PicoFlowError(
+                f"Flow '{flow.id}', step '{step.id}': tool '{name}' is offered to the model but nothing handles it. "
+                f"Add a handler to the step (@tool async def {name}(self, args) -> ...) or stop offering it in "
+                "use_tools()."
+            )
+
+
+def _check_models(flow: Flow, providers: ProviderRegistry) -> None:
+    known, _ = _declared(flow, "model_selection")
+    if not known:
+        return
+    checks = [("config_model()", None, flow.model_selection)]
+    checks += [("use_model()", step, step.model_selection) for step in flow.get_steps() if not step.is_logic()]
+    for where, step, selection in checks:
+        try:
+            providers.validate(selection())
+        except PicoFlowError as exc:
+            owner = f"Flow '{flow.id}'" + (f", step '{step.id}'" if step is not None else "")
+            raise PicoFlowError(
+                f"{owner}: {exc.message} Register the model's provider with the engine "
+                f"(FlowEngine(providers=...)) or choose another model in {where}."
+            ) from exc
