@@ -28,6 +28,7 @@ from picoflow.errors import DecisionValidationError, ParallelCancelledError, Pic
 from picoflow.execution import cancellation_signal
 from picoflow.protocols import Runtime
 from picoflow.session.document import SessionDoc, TokenUsage
+from picoflow.tools import handling
 from picoflow.transitions import Transition, as_transition
 from picoflow.turn.deadline import time_left
 
@@ -78,7 +79,10 @@ async def decide(step: DecisionStep, runtime: Runtime) -> Transition:
         usage=outcome.usage,
         request_id=outcome.request_id,
     )
-    return _route(step, await step.on_decision(answers, context), "on_decision()")
+    # The decision hooks answer for their step as a tool handler does: direct(text) replies from it.
+    with handling(step, None):
+        result = await step.on_decision(answers, context)
+    return _route(step, result, "on_decision()")
 
 
 def _questions(step: DecisionStep) -> dict[str, Question]:
@@ -167,9 +171,10 @@ def _attempt_timeout(timeout_ms: int | None) -> float | None:
 
 
 async def _recover(step: DecisionStep, error: Exception, context: DecisionErrorContext) -> Transition:
-    answer = await step.on_decision_error(error, context)
-    if answer is None:
-        answer = await step.flow.on_decision_error(error, context)
+    with handling(step, None):
+        answer = await step.on_decision_error(error, context)
+        if answer is None:
+            answer = await step.flow.on_decision_error(error, context)
     if answer is None:
         raise error
     return _route(step, answer, "on_decision_error()")
