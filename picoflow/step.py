@@ -127,7 +127,7 @@ class Step:
     def on_crossing(self, message: BaseMessage | None, prior_step: str | None = None) -> BaseMessage | None:
         """Decide what this step's model sees on arrival; opens with "Start" when there is nothing."""
         if message is None and message_step(self.get_last_message()) != self.id:
-            return HumanMessageEx(self, OPENER_TEXT)
+            return HumanMessageEx(self, OPENER_TEXT, origin="framework")
         return message
 
     async def on_response(self, result: Any) -> Any:
@@ -393,7 +393,7 @@ class TerminateSessionStep(Step):
             prior = self.flow.get_step(prior_step)
             if prior is not None:
                 self.content_type = prior.content_type
-        return HumanMessageEx(self, "I'm done with chat")
+        return HumanMessageEx(self, "I'm done with chat", origin="framework")
 
     def get_prompt(self) -> str | None:
         return super().get_prompt() or CLOSING_PROMPT

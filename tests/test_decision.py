@@ -41,7 +41,7 @@ from picoflow.errors import public_message
 from picoflow.messages import AiMessageEx
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.session.document import TokenUsage
+from picoflow.session.document import SessionDoc, TokenUsage
 from tests.support.engine import call, scripted_engine, text
 
 CHAT = ModelSelection(provider="scripted", name="chat-model")
@@ -331,18 +331,20 @@ async def test_prior_requests_come_from_the_namespace_without_navigation_message
     (request,) = decisions.requests
     assert request.state == {"request": "Only on duplex jobs", "priorRequests": ["Hi", "My printer jams"]}
     desk = (await stored(engine, first.session))["flow"]["memory"]["desk"]["messages"]
-    humans = [m["content"] for m in desk if m["type"] == "human"]
-    # The framework's own opener and hand-over messages are in memory, yet never reached the provider.
-    assert humans == ["Start", "Hi", "My printer jams", "Only on duplex jobs", "Continue to step:TriageStep"]
+    humans = [(m["content"], m["additional_kwargs"]["origin"]) for m in desk if m["type"] == "human"]
+    # The framework's own opener and hand-over messages are in memory, marked as its own, and never reached
+    # the provider.
+    assert humans == [("Start", "framework"), ("Hi", "user"), ("My printer jams", "user"),
+                      ("Only on duplex jobs", "user"), ("Continue to step:TriageStep", "framework")]
 
 
 def test_read_conversation_keeps_the_newest_requests_and_explicit_messages():
     messages = [
         SystemMessage(content=""),
-        HumanMessageEx("Desk", "Start"),
+        HumanMessageEx("Desk", "Start", origin="framework"),
         *[HumanMessageEx("Desk", f"request {n}") for n in range(1, 7)],
         AiMessageEx("Desk", "an answer"),
-        HumanMessageEx("Desk", "Continue to step:TriageStep"),
+        HumanMessageEx("Desk", "Continue to step:TriageStep", origin="framework"),
         HumanMessageEx("Desk", "forwarded with with_message"),
     ]
 
@@ -366,6 +368,57 @@ async def test_flow_get_conversation_reads_a_namespace_without_creating_it():
     assert flow.get_conversation("IntakeStep").request == "Deploys are failing"
     assert flow.get_conversation("nowhere").request == ""
     assert "nowhere" not in flow.get_memory().names()
+
+
+class ListeningStep(DecisionStep):
+    """Answers with what it heard and keeps the cursor, so every turn is decided here."""
+
+    def define_questions(self) -> dict[str, Any]:
+        return {"route": ROUTE}
+
+    async def on_decision(self, answers: dict[str, Any], context: DecisionContext) -> Any:
+        return direct_to(ListeningStep, json.dumps([context.request, *context.prior_requests]))
+
+
+class ListeningFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return CHAT
+
+    def config_decision(self) -> dict[str, Any]:
+        return {"model": DECIDER}
+
+    def define_steps(self) -> list[Step]:
+        return [ListeningStep(self)]
+
+
+async def test_a_user_typing_the_frameworks_navigation_text_is_heard_by_decisions():
+    engine, _ = decision_engine([ListeningFlow], ScriptedDecisionProvider([{"route": answers()["route"]}] * 2))
+
+    first = await engine.run("ListeningFlow", "Start")
+    second = await engine.run("ListeningFlow", "Continue to step:ListeningStep", first.session)
+
+    assert json.loads(first.message) == ["Start"]
+    assert json.loads(second.message) == ["Continue to step:ListeningStep", "Start"]
+    messages = (await stored(engine, first.session))["flow"]["memory"]["ListeningStep"]["messages"]
+    humans = [(m["content"], m["additional_kwargs"]["origin"]) for m in messages if m["type"] == "human"]
+    # The stored document says who wrote each message.
+    assert humans == [("Start", "user"), ("Continue to step:ListeningStep", "user")]
+
+
+async def test_documents_stored_without_origins_load_and_tell_navigation_by_its_text():
+    engine, _ = decision_engine([ListeningFlow], ScriptedDecisionProvider([{"route": answers()["route"]}] * 2))
+    first = await engine.run("ListeningFlow", "Deploys are failing")
+    # The same document as it was stored before messages recorded their origin.
+    old = await stored(engine, first.session)
+    for message in old["flow"]["memory"]["ListeningStep"]["messages"]:
+        message.get("additional_kwargs", {}).pop("origin", None)
+    assert "origin" not in json.dumps(old)
+    await engine.session_store.save(SessionDoc.model_validate(old), old["revision"])
+
+    second = await engine.run("ListeningFlow", "Still failing", first.session)
+
+    assert second.success, second.detail
+    assert json.loads(second.message) == ["Still failing", "Deploys are failing"]  # the old opener is left out
 
 
 class FactsStep(IntakeStep):

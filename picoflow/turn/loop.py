@@ -56,7 +56,8 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         prior = step.id
 
         if step.is_logic():
-            step.get_memory().append(pending or HumanMessageEx(step, f"{CONTINUE_PREFIX}{step.id}"))
+            handover = pending or HumanMessageEx(step, f"{CONTINUE_PREFIX}{step.id}", origin="framework")
+            step.get_memory().append(handover)
             transition = as_transition(await step.run_logic())
             if transition is None:
                 raise PicoFlowError(f"Logic step '{step.id}' must return a step or a transition.")
