@@ -559,6 +559,8 @@ async def test_transient_failures_are_retried_max_retries_more_times():
     (_, context), = IntakeStep.seen
     assert context.attempts == 3
     assert IntakeStep.errors == []
+    # Only the response is counted: failed attempts never reached one.
+    assert (await stored(engine, response.session))["decisionUsage"]["calls"] == 1
 
 
 async def test_an_exhausted_retry_budget_goes_to_the_step_hook_first():
@@ -858,6 +860,7 @@ async def test_the_chat_provider_derives_answers_from_probabilities_and_tallies_
                                          "request": "My cluster is down", "priorRequests": []}
     doc = await stored(engine, response.session)
     assert doc["decisionUsage"]["inputTokens"] == 120 and doc["decisionUsage"]["totalTokens"] == 150
+    assert doc["decisionUsage"]["calls"] == 1
     assert (doc["tokens"]["inputTokens"], doc["tokens"]["totalTokens"]) == (10, 15)
     assert response.tokens is not None and response.tokens.total_tokens == 15
 
@@ -874,6 +877,7 @@ async def test_a_rejected_model_decision_is_still_counted():
     assert len(chat.calls) == 1
     doc = await stored(engine, response.session)
     assert doc["decisionUsage"]["totalTokens"] == 9 and doc["tokens"]["totalTokens"] == 0
+    assert doc["decisionUsage"]["calls"] == 1  # a response rejected by validation is still a call
 
 
 async def test_usage_a_decision_provider_reports_is_tallied_into_decision_usage_only():
@@ -885,6 +889,25 @@ async def test_usage_a_decision_provider_reports_is_tallied_into_decision_usage_
     doc = await stored(engine, response.session)
     assert (doc["decisionUsage"]["inputTokens"], doc["decisionUsage"]["totalTokens"]) == (11, 15)
     assert doc["tokens"]["totalTokens"] == 0
+
+
+async def test_decision_usage_counts_calls_and_documents_without_the_count_still_load():
+    usage = TokenUsage(input_tokens=11, output_tokens=4, total_tokens=15)
+    route_only = {"route": answers()["route"]}
+    engine, _ = decision_engine([ListeningFlow], ScriptedDecisionProvider([route_only] * 3, usage=usage))
+    first = await engine.run("ListeningFlow", "Hello")
+    await engine.run("ListeningFlow", "Hello again", first.session)
+    doc = await stored(engine, first.session)
+    assert (doc["decisionUsage"]["calls"], doc["decisionUsage"]["totalTokens"]) == (2, 30)
+
+    # A document written before calls were counted.
+    del doc["decisionUsage"]["calls"]
+    await engine.session_store.save(SessionDoc.model_validate(doc), doc["revision"])
+    third = await engine.run("ListeningFlow", "And again", first.session)
+
+    assert third.success, third.detail
+    doc = await stored(engine, first.session)
+    assert (doc["decisionUsage"]["calls"], doc["decisionUsage"]["totalTokens"]) == (1, 45)
 
 
 async def test_sessions_without_decisions_keep_the_document_unchanged():

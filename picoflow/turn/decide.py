@@ -27,7 +27,7 @@ from picoflow.decision_step import DecisionStep
 from picoflow.errors import DecisionValidationError, ParallelCancelledError, PicoFlowError
 from picoflow.execution import cancellation_signal
 from picoflow.protocols import Runtime
-from picoflow.session.document import SessionDoc, TokenUsage
+from picoflow.session.document import DecisionUsage, SessionDoc, TokenUsage
 from picoflow.tools import handling
 from picoflow.transitions import Transition, as_transition
 from picoflow.turn.deadline import time_left
@@ -146,6 +146,7 @@ async def _ask(
             step.flow.logger.warn("decision attempt failed", step=step.id, attempt=attempt, error=type(exc).__name__)
             continue
         if not isinstance(result, DecisionResult):
+            _tally(runtime.doc, None)
             problem = f"The decision provider returned {type(result).__name__}, not a DecisionResult."
             return DecisionValidationError(problem), attempt
         _tally(runtime.doc, result.usage)
@@ -154,12 +155,12 @@ async def _ask(
 
 
 def _tally(doc: SessionDoc, usage: TokenUsage | None) -> None:
-    # Decision usage is kept in ``decisionUsage``, apart from the chat ``tokens``.
-    if usage is None:
-        return
+    """Count one observed provider response, and its tokens, in ``decisionUsage`` (apart from the chat ``tokens``)."""
     if doc.decision_usage is None:
-        doc.decision_usage = TokenUsage()
-    doc.decision_usage.add(usage)
+        doc.decision_usage = DecisionUsage()
+    doc.decision_usage.calls += 1
+    if usage is not None:
+        doc.decision_usage.add(usage)
 
 
 def _attempt_timeout(timeout_ms: int | None) -> float | None:
