@@ -140,9 +140,20 @@ class FlowEngine:
                 raise PicoFlowError(f"Flow registration '{name}' must match Flow ID '{cls.id}'.")
             if name in self._flows or name in staged:
                 raise PicoFlowError(f"Flow '{name}' is already registered.")
+            self._check_setup(cls)
             staged[name] = cls
         self._flows.update(staged)
         return self
+
+    def _check_setup(self, cls: type[Flow]) -> None:
+        """Refuse, now rather than on a user's turn, step configuration this engine cannot serve."""
+        try:
+            flow = cls()
+            flow._collect_steps()
+        except Exception:  # noqa: BLE001 - a flow that cannot be built without a request fails its turns instead
+            return
+        for step in flow.get_steps():
+            step._check_setup(self)
 
     def register_flow(self, cls: type[Flow]) -> FlowEngine:
         return self.register_flows([cls])

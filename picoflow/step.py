@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.selection import ModelSelection
-from picoflow.protocols import FlowLike, Worker
+from picoflow.protocols import FlowLike, ProviderSet, Worker
 from picoflow.recovery import (
     LlmAttemptErrorContext,
     LlmBlockedContext,
@@ -308,6 +308,9 @@ class Step:
         if worker is None or worker.step is not self:
             raise PicoFlowError(refusal)
         return worker
+
+    def _check_setup(self, services: ProviderSet) -> None:
+        """Refuse, when the flow is registered, configuration that ``services`` cannot serve (nothing here)."""
 
     # -- tools (runtime) ----------------------------------------------------------------------
 

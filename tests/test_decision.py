@@ -36,7 +36,7 @@ from picoflow import (
     tool,
 )
 from picoflow.conversation import read_conversation
-from picoflow.decision import ChatDecisionProvider
+from picoflow.decision import ChatDecisionProvider, DecisionConfig
 from picoflow.errors import public_message
 from picoflow.messages import AiMessageEx
 from picoflow.models.registry import ProviderRegistry
@@ -714,6 +714,64 @@ def test_invalid_decision_options_are_refused():
         IntakeStep(flow).use_decision(max_retries=-1).decision_config()
     with pytest.raises(PicoFlowError, match="max_retries"):
         IntakeStep(flow).use_decision(max_retries=True).decision_config()
+
+
+class DocumentedConfigFlow(SupportFlow):
+    decision: Any = {"provider": "typesafe", "model": "jev-latest", "timeoutMs": 15_000, "maxRetries": 2}
+
+    def config_decision(self) -> Any:
+        return DocumentedConfigFlow.decision
+
+
+@pytest.mark.parametrize("decision", [
+    {"provider": "typesafe", "model": "jev-latest", "timeoutMs": 15_000, "maxRetries": 2},
+    {"provider": "typesafe", "model": "jev-latest", "timeout_ms": 15_000, "max_retries": 2},
+    DecisionConfig(provider="typesafe", model="jev-latest", timeoutMs=15_000, maxRetries=2),
+    DecisionConfig(model=ModelSelection(provider="typesafe", name="jev-latest"), timeout_ms=15_000, max_retries=2),
+])
+async def test_the_documented_decision_configuration_is_accepted_and_used(decision: Any, monkeypatch):
+    monkeypatch.setattr(DocumentedConfigFlow, "decision", decision)
+    typesafe = ScriptedDecisionProvider([TimeoutError(), ConnectionError("reset"), answers()])
+    engine = FlowEngine(flows=[DocumentedConfigFlow], session_store=MemorySessionStore(), retry_delay=0,
+                        providers=ProviderRegistry([ScriptedProvider([])]), decision_providers={"typesafe": typesafe})
+
+    response = await engine.run("DocumentedConfigFlow", "Hello")
+
+    assert response.success, response.detail
+    assert len(typesafe.requests) == 3  # maxRetries 2: three attempts
+    assert {(r.selection.provider, r.selection.name, r.timeout_ms) for r in typesafe.requests} == {
+        ("typesafe", "jev-latest", 15_000)}
+
+
+def test_a_model_name_alone_is_a_model_of_the_flows_chat_provider():
+    class NamedModel(SupportFlow):
+        def config_decision(self) -> dict[str, Any]:
+            return {"model": "small-classifier", "maxRetries": 1}
+
+    config = collected(NamedModel).require_step("IntakeStep").decision_config()
+    assert (config.provider, config.selection, config.max_retries) == (
+        "scripted", ModelSelection(provider="scripted", name="small-classifier"), 1)
+
+
+@pytest.mark.parametrize(("decision", "problem"), [
+    ({"timeoutMs": -5}, r"config_decision\(\) has an invalid decision option \(timeoutMs: .*greater than 0"),
+    ({"retries": 2}, "unknown decision option.*retries.*accepted: provider, model, timeoutMs"),
+    ({"provider": "typesafe"}, "'typesafe' needs a model name: add model="),
+    ({"provider": "nowhere", "model": "m"}, "'nowhere' is neither a registered decision provider.*Register it with"),
+    ("typesafe", "must give a dict or a DecisionConfig"),
+])
+def test_a_wrong_decision_configuration_fails_when_the_flow_is_registered(decision: Any, problem: str, monkeypatch):
+    monkeypatch.setattr(DocumentedConfigFlow, "decision", decision)
+    typesafe = ScriptedDecisionProvider([])
+
+    with pytest.raises(PicoFlowError, match=f"Flow 'DocumentedConfigFlow', DecisionStep 'IntakeStep': .*{problem}"):
+        FlowEngine(flows=[DocumentedConfigFlow], session_store=MemorySessionStore(),
+                   providers=ProviderRegistry([ScriptedProvider([])]), decision_providers={"typesafe": typesafe})
+    engine = FlowEngine(flows=[], session_store=MemorySessionStore(),
+                        providers=ProviderRegistry([ScriptedProvider([])]), decision_providers={"typesafe": typesafe})
+    with pytest.raises(PicoFlowError, match="DocumentedConfigFlow"):
+        engine.register_flow(DocumentedConfigFlow)
+    assert engine.get_flow_names() == [] and typesafe.requests == []
 
 
 def test_use_model_is_refused_at_registration():

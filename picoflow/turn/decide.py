@@ -36,8 +36,7 @@ from picoflow.turn.deadline import time_left
 async def decide(step: DecisionStep, runtime: Runtime) -> Transition:
     """Ask ``step``'s provider its questions and return the transition its hooks choose."""
     config = step.decision_config()
-    selection = config.model
-    assert selection is not None
+    selection = config.selection
     questions = _questions(step)
     facts = _facts(step)
     conversation = step.flow.get_conversation(step.namespace, step.max_prior_requests)
