@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,8 +13,13 @@ from typing import Any
 import pytest
 
 import handlers.api
+from picoflow import PicoFlowError
 from picoflow.aws import runtime as aws_runtime
-from picoflow.local.serve import make_server
+from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.aws.discovery import DECISION_PROVIDERS_VARIABLE, load_decision_providers
+from picoflow.local.cli import main
+from picoflow.local.serve import LambdaHTTPServer, make_server
+from tests.support.keyword_decisions import READY, KeywordDecider
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
@@ -26,19 +32,32 @@ def route(label: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., str]]:
-    """Starts ``picoflow serve``'s server on the project's handler, with the environment given."""
-    servers = []
+def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Sets the environment the container's engine is built from, on its next use."""
 
-    def start(flows: str, script: list[Any], **environ: str) -> str:
+    def configure(flows: str, script: list[Any], **environ: str) -> None:
         path = tmp_path / "script.json"
         path.write_text(json.dumps(script))
         monkeypatch.setenv("SESSION_STORE", "MEMORY")
         monkeypatch.setenv("PICOFLOW_FLOWS", flows)
         monkeypatch.setenv("PICOFLOW_SCRIPT", str(path))
+        monkeypatch.setenv(DECISION_PROVIDERS_VARIABLE, "")
         for name, value in environ.items():
             monkeypatch.setenv(name, value)
         monkeypatch.setattr(aws_runtime, "_runtime", None)
+
+    yield configure
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
+
+
+@pytest.fixture
+def serve(environment: Callable[..., None]) -> Iterator[Callable[..., str]]:
+    """Starts ``picoflow serve``'s server on the project's handler, with the environment given."""
+    servers = []
+
+    def start(flows: str, script: list[Any], **environ: str) -> str:
+        environment(flows, script, **environ)
         server = make_server("127.0.0.1", 0, handlers.api.lambda_handler)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         servers.append(server)
@@ -48,8 +67,6 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[
     for server in servers:
         server.shutdown()
         server.server_close()
-    if aws_runtime._runtime is not None:
-        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
 
 def run(url: str, flow: str, message: str, session: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -97,3 +114,70 @@ def test_a_decision_step_answers_and_keeps_the_cursor_turn_after_turn(serve):
     doc = stored(session)
     assert doc["flow"]["currentStep"] == "SearchStep"
     assert [item["stepName"] for item in doc["flow"]["sequence"]] == ["RouterStep", "SearchStep"]
+
+
+# -- a decision provider chosen by configuration -------------------------------------------------------
+
+
+FACTORY = "keywords=tests.support.keyword_decisions:make_decider"
+
+
+def test_picoflow_serve_uses_the_decision_provider_the_environment_names(serve):
+    KeywordDecider.built.clear()
+    url = serve("tests.support.keyword_decisions", [{"content": "Hotel Lutetia, 180 EUR."}],
+                **{DECISION_PROVIDERS_VARIABLE: FACTORY})
+
+    status, first = run(url, "KeywordRouterFlow", "What have I saved so far?")
+    assert (status, first["message"]) == (200, "Saved criteria: Paris, 2 nights (decision 1).")
+    status, second = run(url, "KeywordRouterFlow", "Search please", first["session"])
+    assert (status, second["message"]) == (200, "Hotel Lutetia, 180 EUR.")  # the only scripted chat reply
+
+    (decider,) = KeywordDecider.built  # built once, by the factory, with the environment
+    assert decider.spec == FACTORY
+    assert [(r.selection.provider, r.selection.name, r.timeout_ms) for r in decider.requests] == [
+        ("keywords", "rules-v1", 2000)] * 2
+    usage = stored(first["session"])["decisionUsage"]
+    assert (usage["calls"], usage["totalTokens"]) == (2, 16)
+
+
+def test_the_lambda_handler_uses_the_decision_provider_the_environment_names(environment):
+    READY.requests.clear()
+    environment("tests.support.keyword_decisions", [],
+                **{DECISION_PROVIDERS_VARIABLE: "keywords=tests.support.keyword_decisions:READY"})
+
+    event = http_event("POST", "/ai/run", body={"flowName": "KeywordRouterFlow", "message": "Show my criteria"})
+    result = handlers.api.lambda_handler(event, FakeLambdaContext())
+
+    assert result["statusCode"] == 200, result["body"]
+    assert json.loads(result["body"])["message"] == "Saved criteria: Paris, 2 nights (decision 1)."
+    assert [r.state["request"] for r in READY.requests] == ["Show my criteria"]
+
+
+def test_the_serve_command_passes_decision_providers_on(monkeypatch):
+    monkeypatch.setenv(DECISION_PROVIDERS_VARIABLE, "placeholder")  # so the variable is restored afterwards
+    monkeypatch.delenv(DECISION_PROVIDERS_VARIABLE)
+    monkeypatch.setenv("SESSION_STORE", "MEMORY")
+
+    def interrupted(self, poll_interval=0.5):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LambdaHTTPServer, "serve_forever", interrupted)
+    assert main(["serve", "--port", "0", "--no-inspector", "--decision-providers", FACTORY]) == 0
+    assert os.environ[DECISION_PROVIDERS_VARIABLE] == FACTORY
+
+
+@pytest.mark.parametrize(("spec", "problem"), [
+    ("keywords", "'keywords' is not name=module:attribute"),
+    ("keywords=tests.support.keyword_decisions", "is not name=module:attribute"),
+    ("keywords=tests.support.keyword_decisions:missing", "has no 'missing'"),
+    ("keywords=tests.support.decision_flows:ROUTE", "neither a decision provider"),
+    ("keywords=tests.support.keyword_decisions:KeywordRouterFlow", "the factory .* raised TypeError"),
+    (f"{FACTORY},{FACTORY}", "'keywords' twice"),
+])
+def test_a_wrong_decision_provider_setting_is_a_clear_error(spec: str, problem: str):
+    with pytest.raises(PicoFlowError, match=f"{DECISION_PROVIDERS_VARIABLE}.*{problem}"):
+        load_decision_providers(spec, {})
+
+
+def test_no_setting_registers_no_decision_provider():
+    assert load_decision_providers(None, {}) == {} == load_decision_providers(" , ", {})
