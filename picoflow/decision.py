@@ -219,7 +219,8 @@ class DecisionResult:
 
 @runtime_checkable
 class DecisionProvider(Protocol):
-    """Answers decision requests. Register instances with ``FlowEngine(decision_providers={name: provider})``.
+    """Answers decision requests. Register instances with ``FlowEngine(decision_providers={name: provider})``, or
+    name them in ``PICOFLOW_DECISION_PROVIDERS`` where the engine is built from the environment.
 
     A provider may also define ``should_retry(error) -> bool`` to say which of its failures are transient;
     without it every failure except a ``PicoFlowError`` is.
