@@ -159,4 +159,5 @@ def trace_as_deployed() -> Callable[[], None]:
             f"Root=1-{now:08x}-{uuid.uuid4().hex[:24]};Parent={uuid.uuid4().hex[:16]};Sampled=1"
         )
 
+    new_trace()  # set-up requests (tables, warm-up) are traced too, as an invocation's would be
     return new_trace

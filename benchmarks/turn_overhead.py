@@ -19,9 +19,11 @@ The same conversation also runs on stores whose calls are free, in the same inte
 two requests is counted) and on ``MemorySessionStore``, LangGraph on its ``InMemorySaver``. A turn's CPU
 there, less the CPU inside its model calls, is the framework's own CPU per turn.
 
-Goals: PicoFlow at most 0.35x LangGraph's CPU per turn (``durability="exit"``, the closest LangGraph setting
-to PicoFlow's one write per turn, included), two storage requests per ordinary turn, fewer bytes written, and
-PicoFlow's framework-only CPU under 1.5 ms per turn.
+Both sides run as ``template.yaml`` deploys a function: X-Ray tracing active (``trace_as_deployed``: the SDK
+patches botocore, every turn a sampled trace) and every DynamoDB request through botocore.
+
+Guard: PicoFlow at most 0.6x LangGraph's CPU per turn (``durability="exit"``, the closest LangGraph setting
+to PicoFlow's one write per turn); goals: two storage requests per ordinary turn, fewer bytes written.
 """
 
 from __future__ import annotations
@@ -71,8 +73,7 @@ TITLE = "Turn overhead: PicoFlow vs LangGraph on DynamoDB (turn_overhead.py)"
 COMMAND = ".venv/bin/python benchmarks/turn_overhead.py"
 WRITE_OPERATIONS = frozenset({"PutItem", "UpdateItem", "BatchWriteItem", "TransactWriteItems"})
 FLOW = ProfileCollectionFlow.id
-CPU_GOAL = 0.35
-FRAMEWORK_GOAL_MS = 1.5
+CPU_GUARD = 0.6
 EXIT_LABEL = "LangGraph, compressed, durability=exit"
 
 
@@ -451,14 +452,14 @@ def report(sides: list[Side], free_sides: list[Side], results: dict[str, dict[st
             f"| {r['bytes_conversation']:,.0f} | {r['units_conversation']:.0f} | {items}, {size:,} |"
         )
     ratios = ["| LangGraph variant | CPU per turn, PicoFlow / LangGraph | storage requests per ordinary turn "
-              f"| bytes written per conversation, PicoFlow / LangGraph | goals (CPU <= {CPU_GOAL}, 2 requests, "
+              f"| bytes written per conversation, PicoFlow / LangGraph | CPU guard <= {CPU_GUARD}, goals 2 requests, "
               "fewer bytes) |",
               "|---|---:|---:|---:|---|"]
     for side in sides[1:]:
         r = results[side.label]
         cpu_ratio = pico["cpu"] / r["cpu"]
         bytes_ratio = pico["bytes_conversation"] / r["bytes_conversation"]
-        goals = [cpu_ratio <= CPU_GOAL, pico["requests"] == 2, bytes_ratio < 1]
+        goals = [cpu_ratio <= CPU_GUARD, pico["requests"] == 2, bytes_ratio < 1]
         ratios.append(
             f"| {side.label} | {cpu_ratio:.2f} | {pico['requests']:.0f} vs {r['requests']:.0f} | {bytes_ratio:.2f} "
             f"| {', '.join('met' if goal else 'NOT met' for goal in goals)} |"
@@ -482,11 +483,10 @@ def report(sides: list[Side], free_sides: list[Side], results: dict[str, dict[st
     verdict = (
         f"PicoFlow's first turn makes {pico['first_requests']:.0f} requests (the create PutItem and the save "
         f"PutItem); every later turn one GetItem and one conditional PutItem. Against LangGraph with "
-        f"`durability=\"exit\"` PicoFlow uses {exit_ratio:.2f}x the CPU per turn, requests included (goal: at most "
-        f"{CPU_GOAL}: {'met' if exit_ratio <= CPU_GOAL else 'NOT met'}). Its framework CPU per turn (everything but "
-        f"the model calls and the two storage requests) is {framework:.2f} ms, {framework_ratio:.2f}x LangGraph "
-        f"exit's whole turn (goal: at most {CPU_GOAL}: {'met' if framework_ratio <= CPU_GOAL else 'NOT met'}; and "
-        f"under {FRAMEWORK_GOAL_MS} ms: {'met' if framework < FRAMEWORK_GOAL_MS else 'NOT met'})."
+        f"`durability=\"exit\"` PicoFlow uses {exit_ratio:.2f}x the CPU per turn, requests and tracing included "
+        f"(guard: at most {CPU_GUARD}: {'held' if exit_ratio <= CPU_GUARD else 'BROKEN'}). Its framework CPU per turn "
+        f"(everything but the model calls and the two storage requests) is {framework:.2f} ms, "
+        f"{framework_ratio:.2f}x LangGraph exit's whole turn."
     )
     operations = "\n".join(f"- {side.label}: {operations_text(side)}" for side in sides)
     return f"""{reps} measured conversations per implementation (after one warm-up each), interleaved, on one DynamoDB
@@ -516,8 +516,8 @@ Requests in one conversation (20 turns):
 What is measured: CPU is `time.process_time()` around each turn (all threads of the benchmark process: model,
 framework, serialization, the DynamoDB requests; DynamoDB Local runs in its own process), with an untimed full
 garbage collection before each conversation. Requests are the
-`before-send` events of each side's DynamoDB client (PicoFlow's store signs and sends its own requests and offers
-each to its client's hooks; LangGraph's saver calls boto3); write bytes are the request bodies of PutItem / UpdateItem /
+`before-send` events of each side's botocore DynamoDB client (both sides send every request through botocore,
+traced by X-Ray as deployed); write bytes are the request bodies of PutItem / UpdateItem /
 BatchWriteItem / TransactWriteItems; write units are ceil(item bytes / 1 KB) summed over the items written
 (DynamoDB's on-demand charge, from the request items). Both sides have the same retry policy and timeouts
 (standard retries, 3 attempts; LangGraph's client uses PicoFlow's `CLIENT_CONFIG`); the replayed model answers

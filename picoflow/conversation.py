@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from picoflow.errors import PicoFlowError
-from picoflow.messages import CONTINUE_PREFIX, EMPTY_RESPONSE_NUDGE, OPENER_TEXT, content_text
+from picoflow.messages import CONTINUE_PREFIX, EMPTY_RESPONSE_NUDGE, OPENER_TEXT, content_text, message_origin
 
 DEFAULT_MAX_PRIOR_REQUESTS = 4
 
@@ -29,17 +29,24 @@ class DecisionConversation:
 def read_conversation(
     messages: Sequence[BaseMessage], step_names: Iterable[str], max_prior_requests: int = DEFAULT_MAX_PRIOR_REQUESTS
 ) -> DecisionConversation:
-    """The human requests in ``messages``, leaving out the navigation messages the framework writes."""
+    """The human requests in ``messages``, leaving out the navigation messages the framework writes.
+
+    A message's recorded origin decides; one without it (stored before origins were recorded, or built as a
+    plain ``HumanMessage``) counts as navigation when its text is one the framework writes.
+    """
     if isinstance(max_prior_requests, bool) or not isinstance(max_prior_requests, int) or max_prior_requests < 0:
         raise PicoFlowError("max_prior_requests must be a non-negative integer.")
-    # The framework's own human messages (the opener of a step entered with nothing to say, the hand-over into
-    # a logic step, the nudge after an empty answer) are navigation, not something the user asked.
+    # The framework's own human messages: the opener of a step entered with nothing to say, the hand-over into
+    # a logic step, the nudge after an empty answer.
     navigation = {OPENER_TEXT, EMPTY_RESPONSE_NUDGE, *(f"{CONTINUE_PREFIX}{name}" for name in step_names)}
-    requests = [
-        text
-        for message in messages
-        if isinstance(message, HumanMessage) and (text := content_text(message.content)) not in navigation
-    ]
+    requests = []
+    for message in messages:
+        if not isinstance(message, HumanMessage):
+            continue
+        origin = message_origin(message)
+        text = content_text(message.content)
+        if origin == "user" or (origin is None and text not in navigation):
+            requests.append(text)
     if not requests:
         return DecisionConversation()
     earlier = requests[:-1][-max_prior_requests:] if max_prior_requests else []

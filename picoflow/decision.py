@@ -219,7 +219,8 @@ class DecisionResult:
 
 @runtime_checkable
 class DecisionProvider(Protocol):
-    """Answers decision requests. Register instances with ``FlowEngine(decision_providers={name: provider})``.
+    """Answers decision requests. Register instances with ``FlowEngine(decision_providers={name: provider})``, or
+    name them in ``PICOFLOW_DECISION_PROVIDERS`` where the engine is built from the environment.
 
     A provider may also define ``should_retry(error) -> bool`` to say which of its failures are transient;
     without it ``picoflow.recovery.is_transient_error`` decides, as for model calls (a timeout is retried,
@@ -258,33 +259,94 @@ class DecisionErrorContext:
 
 
 class DecisionConfig(BaseModel):
-    """The resolved decision policy of one step.
+    """Decision call policy, apart from the chat model's: ``provider``, ``model``, ``timeout_ms``, ``max_retries``.
 
-    ``max_retries`` counts attempts after the first (unlike a chat selection's ``retry_attempts``, which is the
-    total); ``timeout_ms`` limits each attempt, and ``None`` leaves only the turn's own deadline.
+    The documented camelCase keys (``timeoutMs``, ``maxRetries``) are accepted beside the snake_case names.
+    ``provider`` names a registered decision provider, or a chat provider whose model then answers through the
+    built-in ``ChatDecisionProvider``; ``model`` is that provider's model name, or a whole chat ``ModelSelection``.
+    Without either, the flow's chat model decides. ``max_retries`` counts attempts after the first (unlike a chat
+    selection's ``retry_attempts``, which is the total); ``timeout_ms`` limits each attempt, and ``None`` leaves
+    only the turn's own deadline. A resolved configuration (``DecisionStep.decision_config()``) always carries
+    the ``ModelSelection`` in ``model`` and its provider in ``provider``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, defer_build=True)
 
-    model: ModelSelection | None = None
-    max_retries: int = Field(default=DEFAULT_DECISION_MAX_RETRIES, ge=0, strict=True)
-    timeout_ms: int | None = Field(default=DEFAULT_DECISION_TIMEOUT_MS, gt=0, strict=True)
+    provider: str | None = Field(default=None, min_length=1)
+    model: ModelSelection | str | None = None
+    max_retries: int = Field(default=DEFAULT_DECISION_MAX_RETRIES, ge=0, strict=True, alias="maxRetries")
+    timeout_ms: int | None = Field(default=DEFAULT_DECISION_TIMEOUT_MS, gt=0, strict=True, alias="timeoutMs")
+
+    @field_validator("model")
+    @classmethod
+    def _model_named(cls, model: ModelSelection | str | None) -> ModelSelection | str | None:
+        if isinstance(model, str) and not model.strip():
+            raise ValueError("model must name a model")
+        return model
+
+    @property
+    def selection(self) -> ModelSelection:
+        """The provider and model a resolved configuration asks."""
+        if not isinstance(self.model, ModelSelection):
+            raise PicoFlowError("This decision configuration is not resolved: use DecisionStep.decision_config().")
+        return self.model
+
+
+#: The option names ``use_decision()`` and ``config_decision()`` accept, snake_case and camelCase.
+DECISION_OPTION_NAMES = frozenset(
+    name for field, info in DecisionConfig.model_fields.items() for name in (field, info.alias) if name
+)
+_FIX = "accepted: provider, model, timeoutMs (milliseconds > 0, or None), maxRetries (0 or more)"
 
 
 def resolve_decision_config(layers: Sequence[tuple[str, Any]], default_model: ModelSelection) -> DecisionConfig:
-    """Merge ``(owner, options)`` layers, later ones winning; the model defaults to ``default_model``."""
+    """Merge ``(owner, options)`` layers (dicts or ``DecisionConfig``), later ones winning, into a resolved config.
+
+    A layer's ``ModelSelection`` also sets its provider; a model name alone is a model of the layers' provider,
+    or of ``default_model``'s; neither gives ``default_model`` itself.
+    """
     merged: dict[str, Any] = {}
     for owner, options in layers:
         if options is None:
             continue
-        if not isinstance(options, Mapping):
-            raise PicoFlowError(f"{owner} decision options must be a dict, not {type(options).__name__}.")
-        merged.update(options)
+        layer = _decision_layer(owner, options)
+        values = {name: getattr(layer, name) for name in layer.model_fields_set}
+        if isinstance(values.get("model"), ModelSelection):
+            values.setdefault("provider", values["model"].provider)
+        merged.update(values)
+    provider, model = merged.pop("provider", None), merged.pop("model", None)
+    if isinstance(model, ModelSelection):
+        if provider != model.provider:
+            raise PicoFlowError(
+                f"The decision provider '{provider}' differs from the provider of model "
+                f"{model.provider}:{model.name}; name the model as a string with the provider, "
+                "or give a ModelSelection alone."
+            )
+        selection = model
+    elif isinstance(model, str):
+        selection = ModelSelection(provider=provider or default_model.provider, name=model)
+    elif provider is None or provider == default_model.provider:
+        selection = default_model
+    else:
+        raise PicoFlowError(
+            f"The decision provider '{provider}' needs a model name: add model='...' next to provider='{provider}'."
+        )
+    return DecisionConfig(provider=selection.provider, model=selection, **merged)
+
+
+def _decision_layer(owner: str, options: Any) -> DecisionConfig:
+    if isinstance(options, DecisionConfig):
+        return options
+    if not isinstance(options, Mapping):
+        raise PicoFlowError(f"{owner} must give a dict or a DecisionConfig, not {type(options).__name__}.")
+    unknown = sorted(str(name) for name in options if name not in DECISION_OPTION_NAMES)
+    if unknown:
+        raise PicoFlowError(f"{owner} has unknown decision option(s) {', '.join(unknown)} ({_FIX}).")
     try:
-        config = DecisionConfig.model_validate(merged)
+        return DecisionConfig.model_validate(options)
     except ValidationError as exc:
-        raise PicoFlowError(f"Invalid decision options ({validation_problems(exc, '', first_only=True)}).") from exc
-    return config if config.model is not None else config.model_copy(update={"model": default_model})
+        problem = validation_problems(exc, "", first_only=True)
+        raise PicoFlowError(f"{owner} has an invalid decision option ({problem}; {_FIX}).") from exc
 
 
 # -- providers ---------------------------------------------------------------------------------

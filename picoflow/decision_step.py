@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS
 from picoflow.decision import (
+    DECISION_OPTION_NAMES,
     Answer,
     DecisionConfig,
     DecisionContext,
@@ -21,7 +22,7 @@ from picoflow.decision import (
 )
 from picoflow.errors import PicoFlowError
 from picoflow.models.selection import ModelSelection
-from picoflow.protocols import FlowLike
+from picoflow.protocols import FlowLike, ProviderSet
 from picoflow.step import LogicStep, Step
 from picoflow.tools import group_handlers
 from picoflow.transitions import Transition
@@ -51,12 +52,15 @@ class DecisionStep(LogicStep):
             "use_decision(model=...) or config_decision()."
         )
 
-    def use_decision(self, **options: Any) -> DecisionStep:
-        """Override decision options for this registered instance: ``model``, ``max_retries``, ``timeout_ms``."""
-        unknown = sorted(set(options) - set(DecisionConfig.model_fields))
+    def use_decision(self, config: DecisionConfig | Mapping[str, Any] | None = None, **options: Any) -> DecisionStep:
+        """Override decision options for this registered instance: a ``DecisionConfig``, a dict, or keywords
+        (``provider``, ``model``, ``timeout_ms``/``timeoutMs``, ``max_retries``/``maxRetries``)."""
+        given = dict(config.model_dump(exclude_unset=True) if isinstance(config, DecisionConfig) else config or {})
+        given.update(options)
+        unknown = sorted(str(name) for name in given if name not in DECISION_OPTION_NAMES)
         if unknown:
             raise PicoFlowError(f"use_decision() got unknown option(s) {', '.join(unknown)}.")
-        self._decision_options.update(options)
+        self._decision_options.update(given)
         return self
 
     def _exposed_tool_names(self) -> list[str]:
@@ -90,8 +94,8 @@ class DecisionStep(LogicStep):
         """JSON-compatible application facts the questions are about (``request``/``priorRequests`` are reserved)."""
         return {}
 
-    def config_decision(self) -> dict[str, Any]:
-        """This step's decision options (``model``, ``max_retries``, ``timeout_ms``) over the flow's."""
+    def config_decision(self) -> DecisionConfig | dict[str, Any]:
+        """This step's decision options over the flow's: ``provider``, ``model``, ``timeoutMs``, ``maxRetries``."""
         return {}
 
     async def on_decision(self, answers: dict[str, Answer], context: DecisionContext) -> Transition | type[Step] | str:
@@ -105,15 +109,33 @@ class DecisionStep(LogicStep):
     # -- execution ----------------------------------------------------------------------------
 
     def decision_config(self) -> DecisionConfig:
-        """Framework defaults, then the flow's ``config_decision()``, this step's, and ``use_decision()``."""
-        return resolve_decision_config(
-            [
-                ("Flow", self.flow.config_decision()),
-                ("Step", self.config_decision()),
-                ("use_decision()", self._decision_options),
-            ],
-            self.flow.model_selection(),
-        )
+        """Framework defaults, then the flow's ``config_decision()``, this step's, and ``use_decision()``.
+
+        The result is resolved: ``model`` is the ``ModelSelection`` asked and ``provider`` its provider.
+        """
+        layers = [
+            (f"{type(self.flow).__name__}.config_decision()", self.flow.config_decision()),
+            (f"{type(self).__name__}.config_decision()", self.config_decision()),
+            ("use_decision()", self._decision_options),
+        ]
+        try:
+            return resolve_decision_config(layers, self.flow.model_selection())
+        except PicoFlowError as exc:
+            raise PicoFlowError(f"Flow '{self.flow.id}', DecisionStep '{self.id}': {exc.message}") from exc
+
+    def _check_setup(self, services: ProviderSet) -> None:
+        selection = self.decision_config().selection
+        if selection.provider in services.decision_providers:
+            return
+        try:
+            services.providers.validate(selection)
+        except PicoFlowError as exc:
+            raise PicoFlowError(
+                f"Flow '{self.flow.id}', DecisionStep '{self.id}': decision provider '{selection.provider}' is "
+                f"neither a registered decision provider nor a usable chat model ({exc.message}) Register it with "
+                f"FlowEngine(decision_providers={{'{selection.provider}': ...}}) (PICOFLOW_DECISION_PROVIDERS where "
+                "the engine is built from the environment), or choose another in config_decision()."
+            ) from exc
 
     async def run_logic(self) -> Transition:
         """Ask the decision provider this step's questions and route on the answers."""

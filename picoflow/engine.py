@@ -147,7 +147,7 @@ class FlowEngine:
                 raise PicoFlowError(f"Flow '{name}' is already registered.")
             staged[name] = cls
         for cls in staged.values():
-            check_flow_configuration(cls, self.providers)
+            check_flow_configuration(cls, self)
         self._flows.update(staged)
         return self
 

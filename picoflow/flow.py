@@ -25,7 +25,7 @@ from picoflow.transitions import step_name
 
 if TYPE_CHECKING:
     from picoflow.batch import BatchInvoker
-    from picoflow.decision import DecisionErrorContext
+    from picoflow.decision import DecisionConfig, DecisionErrorContext
     from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
     from picoflow.results import RunResponse
 
@@ -108,8 +108,9 @@ class Flow:
         """Consulted when a step's ``on_llm_blocked`` returns None; None lets the refusal propagate."""
         return None
 
-    def config_decision(self) -> dict[str, Any]:
-        """Decision options every ``DecisionStep`` inherits: ``model``, ``max_retries``, ``timeout_ms``."""
+    def config_decision(self) -> DecisionConfig | dict[str, Any]:
+        """Decision options every ``DecisionStep`` inherits: ``provider``, ``model``, ``timeoutMs``, ``maxRetries``
+        (a dict, snake_case keys too, or a ``DecisionConfig``); none means the flow's chat model decides."""
         return {}
 
     async def on_decision_error(self, error: Exception, context: DecisionErrorContext) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel, ConfigDict
@@ -14,6 +14,11 @@ from picoflow.protocols import Named
 from picoflow.session.document import MessageDoc, ToolCallDoc, format_timestamp
 
 DIRECT_KEY = "direct"
+#: The ``additional_kwargs`` key (kept in the stored document) saying who wrote a human message.
+ORIGIN_KEY = "origin"
+#: ``"user"``: the user's words, or an author's message in their name; ``"framework"``: navigation it writes.
+MessageOrigin = Literal["user", "framework"]
+_ORIGINS = ("user", "framework")
 #: What a step's model is shown on arrival when nothing else opens its turn.
 OPENER_TEXT = "Start"
 #: The framework's message when it enters a logic step, followed by the step's name.
@@ -43,6 +48,12 @@ def is_direct(message: BaseMessage) -> bool:
     return isinstance(message, AIMessage) and bool(message.additional_kwargs.get(DIRECT_KEY))
 
 
+def message_origin(message: BaseMessage) -> MessageOrigin | None:
+    """Who wrote ``message`` (``"user"`` or ``"framework"``), or None when it does not say (older documents)."""
+    origin = message.additional_kwargs.get(ORIGIN_KEY)
+    return origin if origin in _ORIGINS else None
+
+
 def content_text(content: Any) -> str:
     """Flatten LangChain message content (a string or a list of parts) to text."""
     if isinstance(content, str):
@@ -66,12 +77,19 @@ def as_text(value: Any) -> str:
 
 
 class HumanMessageEx(HumanMessage):
-    """A human message whose id names the step that produced it."""
+    """A human message whose id names the step that produced it, marked with its ``origin``.
 
-    def __init__(self, owner: Named | str, content: str, **kwargs: Any) -> None:
+    ``origin="user"`` (the default) is what the user said, or what flow code forwards in their name; decisions
+    read these. The framework marks its own navigation messages ``"framework"``.
+    """
+
+    def __init__(self, owner: Named | str, content: str, *, origin: MessageOrigin = "user", **kwargs: Any) -> None:
+        if origin not in _ORIGINS:
+            raise ValueError(f"A message's origin is 'user' or 'framework', not {origin!r}.")
         kwargs.setdefault("id", gen_message_id(owner))
-        kwargs.setdefault("additional_kwargs", {DIRECT_KEY: False})
-        super().__init__(content=content, **kwargs)
+        extra = dict(kwargs.pop("additional_kwargs", None) or {DIRECT_KEY: False})
+        extra.setdefault(ORIGIN_KEY, origin)
+        super().__init__(content=content, additional_kwargs=extra, **kwargs)
 
 
 class AiMessageEx(AIMessage):
@@ -108,7 +126,7 @@ class DirectMessage(AIMessage):
         super().__init__(content=text, additional_kwargs=extra, **kwargs)
 
 
-_PERSISTED_KWARGS = ("direct", "stopTool")
+_PERSISTED_KWARGS = (DIRECT_KEY, "stopTool", ORIGIN_KEY)
 _PERSISTED_KWARGS_SET = frozenset(_PERSISTED_KWARGS)
 
 
@@ -264,7 +282,7 @@ def _same_as_validated() -> bool:
     """Whether the direct assembly gives exactly what the constructors give, for every message type."""
     samples = [
         MessageDoc(type="system", content="prompt", timestamp="2026-01-01T00:00:00.000Z"),
-        MessageDoc(type="human", content="hi", id="S|t|1", additional_kwargs={DIRECT_KEY: True}),
+        MessageDoc(type="human", content="hi", id="S|t|1", additional_kwargs={DIRECT_KEY: True, ORIGIN_KEY: "user"}),
         MessageDoc(type="ai", content="", id="S|t|2", tool_calls=[ToolCallDoc(name="f", args={"a": 1}, id="c1")]),
         MessageDoc(type="ai", content="text", id="S|t|3", timestamp="2026-01-01T00:00:00.000Z"),
         MessageDoc(type="tool", content="ok", id="S|t|4", tool_call_id="c1", name="f", status="error"),

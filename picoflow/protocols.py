@@ -69,6 +69,14 @@ class FlowView(Protocol):
         """Check a state write on ``step`` and remember which fields it replaces."""
 
 
+class ProviderSet(Protocol):
+    """The model and decision providers an engine serves its flows with; registration checks steps against them."""
+
+    providers: ProviderRegistry
+    #: Decision providers (``DecisionProvider``) by the provider name a decision configuration gives.
+    decision_providers: Mapping[str, Any]
+
+
 class Runtime(Protocol):
     """The turn machinery the engine binds onto a flow for one turn; authoring methods delegate to it."""
 
@@ -106,7 +114,7 @@ class FlowLike(Named, Protocol):
 
     def config_llm_call_policy(self) -> dict[str, Any]: ...
 
-    def config_decision(self) -> dict[str, Any]: ...
+    def config_decision(self) -> Any: ...
 
     def get_context(self, path: str | None = None) -> Any: ...
 

@@ -13,16 +13,18 @@ from typing import Any
 from picoflow.errors import PicoFlowError
 from picoflow.flow import Flow
 from picoflow.models.registry import ProviderRegistry
+from picoflow.protocols import ProviderSet
 from picoflow.step import Step
 from picoflow.tools import group_handlers
 from picoflow.transitions import step_name
 
 
-def check_flow_configuration(flow_cls: type[Flow], providers: ProviderRegistry) -> None:
+def check_flow_configuration(flow_cls: type[Flow], services: ProviderSet) -> None:
     """Raise ``PicoFlowError`` when ``flow_cls`` declares something no request could run.
 
     Checked: the steps (ids registered twice, none at all), the tools (offered but neither defined nor
-    handled, one name declared twice), the initial step, and every model selection against ``providers``.
+    handled, one name declared twice), the initial step, every model selection against ``services.providers``,
+    and each step's own configuration (a DecisionStep's decision provider and model) against ``services``.
     """
     try:
         flow = flow_cls()
@@ -36,7 +38,8 @@ def check_flow_configuration(flow_cls: type[Flow], providers: ProviderRegistry) 
     _check_initial_step(flow)
     for step in flow.get_steps():
         _check_handlers(flow, step)
-    _check_models(flow, providers)
+        step._check_setup(services)
+    _check_models(flow, services.providers)
 
 
 def _declared(flow: Flow, hook: str) -> tuple[bool, Any]:

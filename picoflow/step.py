@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.selection import ModelSelection
-from picoflow.protocols import FlowLike, Worker
+from picoflow.protocols import FlowLike, ProviderSet, Worker
 from picoflow.recovery import (
     LlmAttemptErrorContext,
     LlmBlockedContext,
@@ -144,7 +144,7 @@ class Step:
     def on_crossing(self, message: BaseMessage | None, prior_step: str | None = None) -> BaseMessage | None:
         """Decide what this step's model sees on arrival; opens with "Start" when there is nothing."""
         if message is None and message_step(self.get_last_message()) != self.id:
-            return HumanMessageEx(self, OPENER_TEXT)
+            return HumanMessageEx(self, OPENER_TEXT, origin="framework")
         return message
 
     async def on_response(self, result: Any) -> Any:
@@ -326,6 +326,9 @@ class Step:
             raise PicoFlowError(refusal)
         return worker
 
+    def _check_setup(self, services: ProviderSet) -> None:
+        """Refuse, when the flow is registered, configuration that ``services`` cannot serve (nothing here)."""
+
     # -- tools (runtime) ----------------------------------------------------------------------
 
     def _exposed_tool_names(self) -> list[str]:
@@ -410,7 +413,7 @@ class TerminateSessionStep(Step):
             prior = self.flow.get_step(prior_step)
             if prior is not None:
                 self.content_type = prior.content_type
-        return HumanMessageEx(self, "I'm done with chat")
+        return HumanMessageEx(self, "I'm done with chat", origin="framework")
 
     def get_prompt(self) -> str | None:
         return super().get_prompt() or CLOSING_PROMPT

@@ -259,7 +259,8 @@ def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
 
 @contextlib.contextmanager
 def handling(step: Named, call: dict[str, Any] | None) -> Iterator[None]:
-    """Mark a tool handler of ``step`` (for ``call``, when it handles a single one) as running in the block."""
+    """Mark a handler of ``step`` (a tool handler for ``call`` when it handles a single one, or a decision hook)
+    as running in the block: ``stay()`` and ``direct()`` answer for that step."""
     step_token = _handling_step.set(step)
     call_token = _handled_call.set(call)
     try:

@@ -79,7 +79,7 @@ def go(target: Any) -> Transition:
 def _handler_step(what: str) -> Named:
     step = handling_step()
     if step is None:
-        raise PicoFlowError(f"{what}() can only be returned from inside a running tool handler.")
+        raise PicoFlowError(f"{what}() can only be returned from inside a running tool handler or decision hook.")
     return step
 
 
@@ -90,7 +90,10 @@ def stay(feedback: str | None = None) -> Transition:
 
 
 def direct(content: Any) -> Transition:
-    """Answer the caller with ``content`` verbatim; no further model call this turn."""
+    """Answer the caller with ``content`` verbatim and keep the cursor; no further model call this turn.
+
+    Returned from a tool handler, or from a ``DecisionStep``'s ``on_decision``/``on_decision_error``.
+    """
     step = _handler_step("direct")
     return Transition(step=step.id, message=DirectMessage(step, content))
 

@@ -36,12 +36,12 @@ from picoflow import (
     tool,
 )
 from picoflow.conversation import read_conversation
-from picoflow.decision import ChatDecisionProvider
+from picoflow.decision import ChatDecisionProvider, DecisionConfig
 from picoflow.errors import public_message
 from picoflow.messages import AiMessageEx
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.session.document import TokenUsage
+from picoflow.session.document import SessionDoc, TokenUsage
 from tests.support.engine import call, scripted_engine, text
 
 CHAT = ModelSelection(provider="scripted", name="chat-model")
@@ -331,18 +331,20 @@ async def test_prior_requests_come_from_the_namespace_without_navigation_message
     (request,) = decisions.requests
     assert request.state == {"request": "Only on duplex jobs", "priorRequests": ["Hi", "My printer jams"]}
     desk = (await stored(engine, first.session))["flow"]["memory"]["desk"]["messages"]
-    humans = [m["content"] for m in desk if m["type"] == "human"]
-    # The framework's own opener and hand-over messages are in memory, yet never reached the provider.
-    assert humans == ["Start", "Hi", "My printer jams", "Only on duplex jobs", "Continue to step:TriageStep"]
+    humans = [(m["content"], m["additional_kwargs"]["origin"]) for m in desk if m["type"] == "human"]
+    # The framework's own opener and hand-over messages are in memory, marked as its own, and never reached
+    # the provider.
+    assert humans == [("Start", "framework"), ("Hi", "user"), ("My printer jams", "user"),
+                      ("Only on duplex jobs", "user"), ("Continue to step:TriageStep", "framework")]
 
 
 def test_read_conversation_keeps_the_newest_requests_and_explicit_messages():
     messages = [
         SystemMessage(content=""),
-        HumanMessageEx("Desk", "Start"),
+        HumanMessageEx("Desk", "Start", origin="framework"),
         *[HumanMessageEx("Desk", f"request {n}") for n in range(1, 7)],
         AiMessageEx("Desk", "an answer"),
-        HumanMessageEx("Desk", "Continue to step:TriageStep"),
+        HumanMessageEx("Desk", "Continue to step:TriageStep", origin="framework"),
         HumanMessageEx("Desk", "forwarded with with_message"),
     ]
 
@@ -366,6 +368,57 @@ async def test_flow_get_conversation_reads_a_namespace_without_creating_it():
     assert flow.get_conversation("IntakeStep").request == "Deploys are failing"
     assert flow.get_conversation("nowhere").request == ""
     assert "nowhere" not in flow.get_memory().names()
+
+
+class ListeningStep(DecisionStep):
+    """Answers with what it heard and keeps the cursor, so every turn is decided here."""
+
+    def define_questions(self) -> dict[str, Any]:
+        return {"route": ROUTE}
+
+    async def on_decision(self, answers: dict[str, Any], context: DecisionContext) -> Any:
+        return direct_to(ListeningStep, json.dumps([context.request, *context.prior_requests]))
+
+
+class ListeningFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return CHAT
+
+    def config_decision(self) -> dict[str, Any]:
+        return {"model": DECIDER}
+
+    def define_steps(self) -> list[Step]:
+        return [ListeningStep(self)]
+
+
+async def test_a_user_typing_the_frameworks_navigation_text_is_heard_by_decisions():
+    engine, _ = decision_engine([ListeningFlow], ScriptedDecisionProvider([{"route": answers()["route"]}] * 2))
+
+    first = await engine.run("ListeningFlow", "Start")
+    second = await engine.run("ListeningFlow", "Continue to step:ListeningStep", first.session)
+
+    assert json.loads(first.message) == ["Start"]
+    assert json.loads(second.message) == ["Continue to step:ListeningStep", "Start"]
+    messages = (await stored(engine, first.session))["flow"]["memory"]["ListeningStep"]["messages"]
+    humans = [(m["content"], m["additional_kwargs"]["origin"]) for m in messages if m["type"] == "human"]
+    # The stored document says who wrote each message.
+    assert humans == [("Start", "user"), ("Continue to step:ListeningStep", "user")]
+
+
+async def test_documents_stored_without_origins_load_and_tell_navigation_by_its_text():
+    engine, _ = decision_engine([ListeningFlow], ScriptedDecisionProvider([{"route": answers()["route"]}] * 2))
+    first = await engine.run("ListeningFlow", "Deploys are failing")
+    # The same document as it was stored before messages recorded their origin.
+    old = await stored(engine, first.session)
+    for message in old["flow"]["memory"]["ListeningStep"]["messages"]:
+        message.get("additional_kwargs", {}).pop("origin", None)
+    assert "origin" not in json.dumps(old)
+    await engine.session_store.save(SessionDoc.model_validate(old), old["revision"])
+
+    second = await engine.run("ListeningFlow", "Still failing", first.session)
+
+    assert second.success, second.detail
+    assert json.loads(second.message) == ["Still failing", "Deploys are failing"]  # the old opener is left out
 
 
 class FactsStep(IntakeStep):
@@ -506,6 +559,8 @@ async def test_transient_failures_are_retried_max_retries_more_times():
     (_, context), = IntakeStep.seen
     assert context.attempts == 3
     assert IntakeStep.errors == []
+    # Only the response is counted: failed attempts never reached one.
+    assert (await stored(engine, response.session))["decisionUsage"]["calls"] == 1
 
 
 async def test_an_exhausted_retry_budget_goes_to_the_step_hook_first():
@@ -673,6 +728,64 @@ def test_invalid_decision_options_are_refused():
         IntakeStep(flow).use_decision(max_retries=True).decision_config()
 
 
+class DocumentedConfigFlow(SupportFlow):
+    decision: Any = {"provider": "typesafe", "model": "jev-latest", "timeoutMs": 15_000, "maxRetries": 2}
+
+    def config_decision(self) -> Any:
+        return DocumentedConfigFlow.decision
+
+
+@pytest.mark.parametrize("decision", [
+    {"provider": "typesafe", "model": "jev-latest", "timeoutMs": 15_000, "maxRetries": 2},
+    {"provider": "typesafe", "model": "jev-latest", "timeout_ms": 15_000, "max_retries": 2},
+    DecisionConfig(provider="typesafe", model="jev-latest", timeoutMs=15_000, maxRetries=2),
+    DecisionConfig(model=ModelSelection(provider="typesafe", name="jev-latest"), timeout_ms=15_000, max_retries=2),
+])
+async def test_the_documented_decision_configuration_is_accepted_and_used(decision: Any, monkeypatch):
+    monkeypatch.setattr(DocumentedConfigFlow, "decision", decision)
+    typesafe = ScriptedDecisionProvider([TimeoutError(), ConnectionError("reset"), answers()])
+    engine = FlowEngine(flows=[DocumentedConfigFlow], session_store=MemorySessionStore(), retry_delay=0,
+                        providers=ProviderRegistry([ScriptedProvider([])]), decision_providers={"typesafe": typesafe})
+
+    response = await engine.run("DocumentedConfigFlow", "Hello")
+
+    assert response.success, response.detail
+    assert len(typesafe.requests) == 3  # maxRetries 2: three attempts
+    assert {(r.selection.provider, r.selection.name, r.timeout_ms) for r in typesafe.requests} == {
+        ("typesafe", "jev-latest", 15_000)}
+
+
+def test_a_model_name_alone_is_a_model_of_the_flows_chat_provider():
+    class NamedModel(SupportFlow):
+        def config_decision(self) -> dict[str, Any]:
+            return {"model": "small-classifier", "maxRetries": 1}
+
+    config = collected(NamedModel).require_step("IntakeStep").decision_config()
+    assert (config.provider, config.selection, config.max_retries) == (
+        "scripted", ModelSelection(provider="scripted", name="small-classifier"), 1)
+
+
+@pytest.mark.parametrize(("decision", "problem"), [
+    ({"timeoutMs": -5}, r"config_decision\(\) has an invalid decision option \(timeoutMs: .*greater than 0"),
+    ({"retries": 2}, "unknown decision option.*retries.*accepted: provider, model, timeoutMs"),
+    ({"provider": "typesafe"}, "'typesafe' needs a model name: add model="),
+    ({"provider": "nowhere", "model": "m"}, "'nowhere' is neither a registered decision provider.*Register it with"),
+    ("typesafe", "must give a dict or a DecisionConfig"),
+])
+def test_a_wrong_decision_configuration_fails_when_the_flow_is_registered(decision: Any, problem: str, monkeypatch):
+    monkeypatch.setattr(DocumentedConfigFlow, "decision", decision)
+    typesafe = ScriptedDecisionProvider([])
+
+    with pytest.raises(PicoFlowError, match=f"Flow 'DocumentedConfigFlow', DecisionStep 'IntakeStep': .*{problem}"):
+        FlowEngine(flows=[DocumentedConfigFlow], session_store=MemorySessionStore(),
+                   providers=ProviderRegistry([ScriptedProvider([])]), decision_providers={"typesafe": typesafe})
+    engine = FlowEngine(flows=[], session_store=MemorySessionStore(),
+                        providers=ProviderRegistry([ScriptedProvider([])]), decision_providers={"typesafe": typesafe})
+    with pytest.raises(PicoFlowError, match="DocumentedConfigFlow"):
+        engine.register_flow(DocumentedConfigFlow)
+    assert engine.get_flow_names() == [] and typesafe.requests == []
+
+
 def test_use_model_is_refused_at_registration():
     with pytest.raises(PicoFlowError, match="does not call a chat model"):
         IntakeStep(SupportFlow()).use_model(CHAT)
@@ -813,6 +926,7 @@ async def test_the_chat_provider_derives_answers_from_probabilities_and_tallies_
                                          "request": "My cluster is down", "priorRequests": []}
     doc = await stored(engine, response.session)
     assert doc["decisionUsage"]["inputTokens"] == 120 and doc["decisionUsage"]["totalTokens"] == 150
+    assert doc["decisionUsage"]["calls"] == 1
     assert (doc["tokens"]["inputTokens"], doc["tokens"]["totalTokens"]) == (10, 15)
     assert response.tokens is not None and response.tokens.total_tokens == 15
 
@@ -829,6 +943,7 @@ async def test_a_rejected_model_decision_is_still_counted():
     assert len(chat.calls) == 1
     doc = await stored(engine, response.session)
     assert doc["decisionUsage"]["totalTokens"] == 9 and doc["tokens"]["totalTokens"] == 0
+    assert doc["decisionUsage"]["calls"] == 1  # a response rejected by validation is still a call
 
 
 async def test_usage_a_decision_provider_reports_is_tallied_into_decision_usage_only():
@@ -840,6 +955,25 @@ async def test_usage_a_decision_provider_reports_is_tallied_into_decision_usage_
     doc = await stored(engine, response.session)
     assert (doc["decisionUsage"]["inputTokens"], doc["decisionUsage"]["totalTokens"]) == (11, 15)
     assert doc["tokens"]["totalTokens"] == 0
+
+
+async def test_decision_usage_counts_calls_and_documents_without_the_count_still_load():
+    usage = TokenUsage(input_tokens=11, output_tokens=4, total_tokens=15)
+    route_only = {"route": answers()["route"]}
+    engine, _ = decision_engine([ListeningFlow], ScriptedDecisionProvider([route_only] * 3, usage=usage))
+    first = await engine.run("ListeningFlow", "Hello")
+    await engine.run("ListeningFlow", "Hello again", first.session)
+    doc = await stored(engine, first.session)
+    assert (doc["decisionUsage"]["calls"], doc["decisionUsage"]["totalTokens"]) == (2, 30)
+
+    # A document written before calls were counted.
+    del doc["decisionUsage"]["calls"]
+    await engine.session_store.save(SessionDoc.model_validate(doc), doc["revision"])
+    third = await engine.run("ListeningFlow", "And again", first.session)
+
+    assert third.success, third.detail
+    doc = await stored(engine, first.session)
+    assert (doc["decisionUsage"]["calls"], doc["decisionUsage"]["totalTokens"]) == (1, 45)
 
 
 async def test_sessions_without_decisions_keep_the_document_unchanged():

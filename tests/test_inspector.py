@@ -681,7 +681,7 @@ def crafted_document() -> dict[str, Any]:
         },
         "tokens": {"inputTokens": 1200, "outputTokens": 300, "totalTokens": 1500, "reasoningTokens": 100,
                    "visibleOutputTokens": 200, "cachedInputTokens": 800, "cacheCreationInputTokens": 50},
-        "decisionUsage": {"inputTokens": 40, "outputTokens": 2, "totalTokens": 42},
+        "decisionUsage": {"calls": 3, "inputTokens": 40, "outputTokens": 2, "totalTokens": 42},
         "log": [{"timestamp": "2026-01-01T00:00:00.000Z", "level": "info", "message": "<img src=x>", "step": "Parent"}],
         "warn": [{"timestamp": "2026-01-01T00:00:01.000Z", "level": "warn", "message": "careful"}],
         "error": [{"timestamp": "2026-01-01T00:00:02.000Z", "level": "error", "message": "broke <script></script>"}],
@@ -736,6 +736,7 @@ def test_the_inspector_shows_every_part_of_a_document(page, start_server, proble
         assert number(page.locator(f'#tokens [data-token="{field}"]').text_content()) == doc["tokens"][field]
         assert number(page.locator(f'#tokens [data-decision-token="{field}"]').text_content()) == \
             doc["decisionUsage"][field]
+    assert number(page.locator('#tokens [data-decision-token="calls"]').text_content()) == 3
 
     # Logs: error, warn and log always, debug because it has an entry, verbose not (it has none).
     kinds = page.locator("#logs details").evaluate_all("parts => parts.map(p => p.dataset.key)")

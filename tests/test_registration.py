@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -56,6 +57,11 @@ def registry() -> ProviderRegistry:
     return ProviderRegistry([ScriptedProvider([])])
 
 
+def services() -> SimpleNamespace:
+    """What an engine offers the check: its model providers and (none here) decision providers."""
+    return SimpleNamespace(providers=registry(), decision_providers={})
+
+
 def flow_of(*steps: type[Step], model: ModelSelection = MODEL, name: str = "CheckedFlow") -> type[Flow]:
     def config_model(self: Flow) -> ModelSelection:
         return model
@@ -85,8 +91,8 @@ def test_a_tool_handled_by_a_group_handler_or_a_same_named_method_registers():
         async def look_all_up(self, calls: list) -> Any:
             return stay("found")
 
-    check_flow_configuration(flow_of(NamedStep), registry())
-    check_flow_configuration(flow_of(GroupedStep), registry())
+    check_flow_configuration(flow_of(NamedStep), services())
+    check_flow_configuration(flow_of(GroupedStep), services())
 
 
 def test_a_tool_offered_but_defined_nowhere_fails_the_registration():
@@ -99,7 +105,7 @@ def test_a_tool_offered_but_defined_nowhere_fails_the_registration():
             return None
 
     with pytest.raises(PicoFlowError) as raised:
-        check_flow_configuration(flow_of(GhostStep), registry())
+        check_flow_configuration(flow_of(GhostStep), services())
     assert str(raised.value) == (
         "Flow 'CheckedFlow' cannot be registered: Tool 'ghost' is not defined in flow 'CheckedFlow': step "
         "'GhostStep' offers it. Define it with a typed @tool handler or a ToolSpec in define_tools(), or stop "
@@ -112,7 +118,7 @@ def test_a_step_registered_twice_fails_the_registration():
         "Flow 'CheckedFlow' cannot be registered: Step 'GreetStep' is registered twice in flow 'CheckedFlow': "
         r"register it once in define_steps\(\), or subclass it \(with its own id\) for a second role."
     )):
-        check_flow_configuration(flow_of(GreetStep, GreetStep), registry())
+        check_flow_configuration(flow_of(GreetStep, GreetStep), services())
 
 
 def test_a_flow_without_a_model_fails_the_registration():
@@ -121,7 +127,7 @@ def test_a_flow_without_a_model_fails_the_registration():
             return [GreetStep(self)]
 
     with pytest.raises(PicoFlowError, match=r"Flow 'Modelless' cannot be registered: .*config_model\(\)"):
-        check_flow_configuration(Modelless, registry())
+        check_flow_configuration(Modelless, services())
 
 
 def test_a_step_model_the_engine_cannot_serve_fails_the_registration_naming_the_step():
@@ -131,7 +137,7 @@ def test_a_step_model_the_engine_cannot_serve_fails_the_registration_naming_the_
             self.use_model(ModelSelection(provider="elsewhere", name="big"))
 
     with pytest.raises(PicoFlowError) as raised:
-        check_flow_configuration(flow_of(GreetStep, OtherModelStep), registry())
+        check_flow_configuration(flow_of(GreetStep, OtherModelStep), services())
     assert str(raised.value) == (
         "Flow 'CheckedFlow', step 'OtherModelStep': Model 'elsewhere:big' cannot be used: model provider "
         "'elsewhere' is not registered. Register the model's provider with the engine (FlowEngine(providers=...)) "
@@ -139,7 +145,7 @@ def test_a_step_model_the_engine_cannot_serve_fails_the_registration_naming_the_
     )
     with pytest.raises(PicoFlowError, match="Flow 'CheckedFlow': Model 'elsewhere:big' cannot be used"):
         check_flow_configuration(flow_of(GreetStep, model=ModelSelection(provider="elsewhere", name="big")),
-                                 registry())
+                                 services())
 
 
 def test_a_failed_registration_registers_nothing():

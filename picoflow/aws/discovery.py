@@ -1,16 +1,21 @@
-"""Which flows the function serves: the modules named by ``PICOFLOW_FLOWS``, or the installed and bundled ones."""
+"""Which flows the function serves (the modules named by ``PICOFLOW_FLOWS``, or the installed and bundled ones),
+and the decision providers ``PICOFLOW_DECISION_PROVIDERS`` names."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import pkgutil
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 from types import ModuleType
+from typing import Any
 
 from picoflow import Flow
+from picoflow.errors import PicoFlowError
 
 FLOWS_VARIABLE = "PICOFLOW_FLOWS"
+DECISION_PROVIDERS_VARIABLE = "PICOFLOW_DECISION_PROVIDERS"
 DEFAULT_FLOW_MODULES = "flows"
 ENTRY_POINT_GROUP = "picoflow.flows"
 
@@ -62,3 +67,45 @@ def _defined_flows(module: ModuleType) -> list[type[Flow]]:
         and value.__module__ == module.__name__
         and value.config_model is not Flow.config_model
     ]
+
+
+def load_decision_providers(spec: str | None, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The decision providers named by ``spec`` (``PICOFLOW_DECISION_PROVIDERS``), by provider name.
+
+    ``spec`` is comma-separated ``name=module:attribute`` entries, e.g. ``typesafe=my_app.decisions:typesafe``.
+    The attribute is a decision provider (an object with ``async decide(request)``), or a factory (a function
+    or class) that is called with ``environ`` and returns one. A flow selects it with
+    ``config_decision()`` returning ``{"provider": name, "model": ...}``.
+    """
+    providers: dict[str, Any] = {}
+    for entry in (part.strip() for part in (spec or "").split(",")):
+        if not entry:
+            continue
+        name, _, target = (piece.strip() for piece in entry.partition("="))
+        module_name, _, attribute = target.partition(":")
+        if not name or not module_name or not attribute:
+            raise PicoFlowError(f"{DECISION_PROVIDERS_VARIABLE}: '{entry}' is not name=module:attribute.")
+        if name in providers:
+            raise PicoFlowError(f"{DECISION_PROVIDERS_VARIABLE} names the decision provider '{name}' twice.")
+        found = getattr(importlib.import_module(module_name), attribute, None)
+        if found is None:
+            raise PicoFlowError(f"{DECISION_PROVIDERS_VARIABLE}: module '{module_name}' has no '{attribute}'.")
+        provider = found
+        if not _is_decision_provider(found) and callable(found):
+            try:
+                provider = found(environ)
+            except Exception as exc:  # noqa: BLE001 - named with the setting, the cause chained
+                raise PicoFlowError(
+                    f"{DECISION_PROVIDERS_VARIABLE}: the factory '{target}' raised {type(exc).__name__}."
+                ) from exc
+        if not _is_decision_provider(provider):
+            raise PicoFlowError(
+                f"{DECISION_PROVIDERS_VARIABLE}: '{target}' is neither a decision provider (an object with an "
+                "async decide(request) method) nor a factory returning one."
+            )
+        providers[name] = provider
+    return providers
+
+
+def _is_decision_provider(value: Any) -> bool:
+    return not isinstance(value, type) and callable(getattr(value, "decide", None))

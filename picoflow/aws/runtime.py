@@ -1,8 +1,9 @@
 """The container's engine: built once from the environment, run on one long-lived event loop.
 
-``SESSION_STORE``/``SESSION_TABLE`` pick the store, ``PICOFLOW_FLOWS`` the flow modules, ``PICOFLOW_SCRIPT``
-a scripted model for offline runs, and ``OPENAI_API_KEY_PARAMETER`` the SSM SecureString holding the
-OpenAI key, read once per container with short timeouts.
+``SESSION_STORE``/``SESSION_TABLE`` pick the store, ``PICOFLOW_FLOWS`` the flow modules,
+``PICOFLOW_DECISION_PROVIDERS`` the decision providers, ``PICOFLOW_SCRIPT`` a scripted model for offline runs,
+and ``OPENAI_API_KEY_PARAMETER`` the SSM SecureString holding the OpenAI key, read once per container with
+short timeouts.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from picoflow import FlowEngine
-from picoflow.aws.discovery import FLOWS_VARIABLE, load_flows
+from picoflow.aws.discovery import (
+    DECISION_PROVIDERS_VARIABLE,
+    FLOWS_VARIABLE,
+    load_decision_providers,
+    load_flows,
+)
 from picoflow.aws.observability import logger
 from picoflow.models.factory import default_registry
 from picoflow.session.factory import store_from_env
@@ -75,7 +81,8 @@ def build_engine(environ: Mapping[str, str] | None = None) -> FlowEngine:
             env["OPENAI_API_KEY"] = key
     flows = load_flows(env.get(FLOWS_VARIABLE))
     store = store_from_env(env)
-    engine = FlowEngine(flows=flows, session_store=store, providers=default_registry(env))
+    decisions = load_decision_providers(env.get(DECISION_PROVIDERS_VARIABLE), env)
+    engine = FlowEngine(flows=flows, session_store=store, providers=default_registry(env), decision_providers=decisions)
     logger.info("Engine ready", extra={"flows": engine.get_flow_names(), "store": type(engine.session_store).__name__})
     return engine
 

@@ -38,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000, help="port to listen on, 0 for any (default: %(default)s)")
     serve.add_argument("--flows", metavar="MODULES", help="comma-separated modules whose flows to register")
     serve.add_argument(
+        "--decision-providers",
+        metavar="NAME=MODULE:ATTR",
+        help="comma-separated decision providers (or factories) to register, e.g. typesafe=my_app.decisions:typesafe",
+    )
+    serve.add_argument(
         "--handler", default=DEFAULT_HANDLER, metavar="MODULE:ATTR", help="the Lambda handler (default: %(default)s)"
     )
     serve.add_argument(
@@ -68,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return scaffold.run(args)
     use_working_directory()
     if args.command == "serve":
-        return serve(args.host, args.port, args.flows, inspector=args.inspector, handler=args.handler)
+        return serve(args.host, args.port, args.flows, inspector=args.inspector, handler=args.handler,
+                     decision_providers=args.decision_providers)
     return chat(args.flow, args.url, args.config)
 
 

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.aws.discovery import FLOWS_VARIABLE
+from picoflow.aws.discovery import DECISION_PROVIDERS_VARIABLE, FLOWS_VARIABLE
 from picoflow.local.inspector import Inspector, session_reader
 from picoflow.local.project import DEFAULT_HANDLER, LambdaHandler, load_handler
 from picoflow.wire import JSON
@@ -295,14 +295,18 @@ def serve(
     flows: str | None = None,
     inspector: bool = True,
     handler: str | LambdaHandler = DEFAULT_HANDLER,
+    decision_providers: str | None = None,
 ) -> int:
     """Run the local API (and, unless ``inspector`` is off, the chat page) until interrupted.
 
-    Sessions default to the SQLite store; ``flows`` (comma-separated modules) sets ``PICOFLOW_FLOWS``.
+    Sessions default to the SQLite store; ``flows`` (comma-separated modules) sets ``PICOFLOW_FLOWS`` and
+    ``decision_providers`` (``name=module:attribute``, comma-separated) ``PICOFLOW_DECISION_PROVIDERS``.
     """
     os.environ.setdefault("SESSION_STORE", "SQLITE")
     if flows:
         os.environ[FLOWS_VARIABLE] = flows
+    if decision_providers:
+        os.environ[DECISION_PROVIDERS_VARIABLE] = decision_providers
     server = make_server(host, port, handler, inspector=inspector)
     print(f"PicoFlow API listening on {server.url} (session store {os.environ['SESSION_STORE']})", flush=True)
     routes = "POST /ai/run, POST /ai/end, GET /ai/flows, GET /health"

@@ -156,6 +156,15 @@ class TokenUsage(_Doc):
 _TOKEN_FIELDS = tuple(TokenUsage.model_fields)
 
 
+class DecisionUsage(TokenUsage):
+    """Usage of DecisionStep provider calls: the responses observed (``calls``) and their tokens.
+
+    Documents written before calls were counted load with ``calls`` 0.
+    """
+
+    calls: int = Field(default=0, ge=0)
+
+
 class LogEntry(_Doc):
     model_config = ConfigDict(populate_by_name=True, extra="allow")
 
@@ -261,7 +270,7 @@ class SessionDoc(_Doc):
     flow: FlowDoc
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     #: Usage of DecisionStep provider calls, apart from the chat ``tokens``; absent until the first decision.
-    decision_usage: TokenUsage | None = Field(default=None, alias="decisionUsage", exclude_if=_omit_none)
+    decision_usage: DecisionUsage | None = Field(default=None, alias="decisionUsage", exclude_if=_omit_none)
     log: list[LogEntry] = Field(default_factory=list)
     error: list[LogEntry] = Field(default_factory=list)
     warn: list[LogEntry] = Field(default_factory=list)

@@ -28,7 +28,8 @@ from picoflow.errors import DecisionValidationError, ParallelCancelledError, Pic
 from picoflow.execution import cancellation_signal
 from picoflow.protocols import Runtime
 from picoflow.recovery import is_transient_error
-from picoflow.session.document import SessionDoc, TokenUsage
+from picoflow.session.document import DecisionUsage, SessionDoc, TokenUsage
+from picoflow.tools import handling
 from picoflow.transitions import Transition, as_transition
 from picoflow.turn.deadline import time_left
 
@@ -36,8 +37,7 @@ from picoflow.turn.deadline import time_left
 async def decide(step: DecisionStep, runtime: Runtime) -> Transition:
     """Ask ``step``'s provider its questions and return the transition its hooks choose."""
     config = step.decision_config()
-    selection = config.model
-    assert selection is not None
+    selection = config.selection
     questions = _questions(step)
     facts = _facts(step)
     conversation = step.flow.get_conversation(step.namespace, step.max_prior_requests)
@@ -79,7 +79,10 @@ async def decide(step: DecisionStep, runtime: Runtime) -> Transition:
         usage=outcome.usage,
         request_id=outcome.request_id,
     )
-    return _route(step, await step.on_decision(answers, context), "on_decision()")
+    # The decision hooks answer for their step as a tool handler does: direct(text) replies from it.
+    with handling(step, None):
+        result = await step.on_decision(answers, context)
+    return _route(step, result, "on_decision()")
 
 
 def _questions(step: DecisionStep) -> dict[str, Question]:
@@ -143,6 +146,7 @@ async def _ask(
             step.flow.logger.warn("decision attempt failed", step=step.id, attempt=attempt, error=type(exc).__name__)
             continue
         if not isinstance(result, DecisionResult):
+            _tally(runtime.doc, None)
             problem = f"The decision provider returned {type(result).__name__}, not a DecisionResult."
             return DecisionValidationError(problem), attempt
         _tally(runtime.doc, result.usage)
@@ -151,12 +155,12 @@ async def _ask(
 
 
 def _tally(doc: SessionDoc, usage: TokenUsage | None) -> None:
-    # Decision usage is kept in ``decisionUsage``, apart from the chat ``tokens``.
-    if usage is None:
-        return
+    """Count one observed provider response, and its tokens, in ``decisionUsage`` (apart from the chat ``tokens``)."""
     if doc.decision_usage is None:
-        doc.decision_usage = TokenUsage()
-    doc.decision_usage.add(usage)
+        doc.decision_usage = DecisionUsage()
+    doc.decision_usage.calls += 1
+    if usage is not None:
+        doc.decision_usage.add(usage)
 
 
 def _attempt_timeout(timeout_ms: int | None) -> float | None:
@@ -168,9 +172,10 @@ def _attempt_timeout(timeout_ms: int | None) -> float | None:
 
 
 async def _recover(step: DecisionStep, error: Exception, context: DecisionErrorContext) -> Transition:
-    answer = await step.on_decision_error(error, context)
-    if answer is None:
-        answer = await step.flow.on_decision_error(error, context)
+    with handling(step, None):
+        answer = await step.on_decision_error(error, context)
+        if answer is None:
+            answer = await step.flow.on_decision_error(error, context)
     if answer is None:
         raise error
     return _route(step, answer, "on_decision_error()")

@@ -56,16 +56,21 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         prior = step.id
 
         if step.is_logic():
-            step.get_memory().append(pending or HumanMessageEx(step, f"{CONTINUE_PREFIX}{step.id}"))
+            handover = pending or HumanMessageEx(step, f"{CONTINUE_PREFIX}{step.id}", origin="framework")
+            step.get_memory().append(handover)
             transition = as_transition(await step.run_logic())
             if transition is None:
                 raise PicoFlowError(f"Logic step '{step.id}' must return a step or a transition.")
-            if transition.step == step.id:
-                raise PicoFlowError(f"Logic step '{step.id}' must move the cursor to another step.")
+            answers = transition.message is not None and is_direct(transition.message)
+            # A direct answer ends the turn, so a logic step may keep the cursor with one; anything else would loop.
+            if transition.step == step.id and not answers:
+                raise PicoFlowError(
+                    f"Logic step '{step.id}' must move the cursor to another step or answer with direct_to(...)."
+                )
             await apply_transition(flow, transition)
-            pending = transition.message
-            if pending is not None and is_direct(pending):
+            if answers:
                 return _deliver_direct(flow, transition)
+            pending = transition.message
             continue
 
         if pending is not None:

@@ -207,7 +207,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
                 reason = str(ai.response_metadata.get("finish_reason") or "empty")
                 failure = _Failure("empty_response", reason, "the model returned an empty response", attempt,
                                    last_response=ai)
-                step.get_memory().append(HumanMessageEx(step, EMPTY_RESPONSE_NUDGE))
+                step.get_memory().append(HumanMessageEx(step, EMPTY_RESPONSE_NUDGE, origin="framework"))
                 continue
             if step.check_response(parsed if parsed is not None else ai):
                 failure = _Failure("response_rejected", "rejected", "check_response() rejected the result", attempt,

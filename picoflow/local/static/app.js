@@ -841,6 +841,11 @@
       el('th', { scope: 'row' }, sub ? `of which ${label}` : label),
       el('td', { 'data-token': field }, format(tokens[field])),
       decisions ? el('td', { 'data-decision-token': field }, format(decisions[field])) : null));
+    if (decisions) {
+      // Decision usage also counts the provider's responses; chat calls are not counted.
+      rows.push(el('tr', { class: 'main' }, el('th', { scope: 'row' }, 'Calls'), el('td', {}, '–'),
+        el('td', { 'data-decision-token': 'calls' }, format(decisions.calls))));
+    }
     // One bar for the input/output split of the total, so the cost's shape is visible at a glance.
     const total = Number(tokens.totalTokens) || 0;
     const bar = el('div', { class: 'token-bar', title: 'input / output share of the total' });
