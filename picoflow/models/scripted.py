@@ -70,6 +70,7 @@ class ScriptedProvider(ModelProvider):
         self.strict = strict
         self._script = [_checked_reply(reply, index) for index, reply in enumerate(script)]
         self._used = [False] * len(self._script)
+        self._first_unused = 0
         # Scripts that mark no decision reply answer decisions from their unmarked replies, as they always did.
         self._decisions_unmarked = not any(_purpose(reply) == "decision" for reply in self._script)
         self._lock = threading.Lock()
@@ -119,13 +120,16 @@ class ScriptedProvider(ModelProvider):
                     f" and none answers this call. {_wanted(purpose, step)}"
                 )
             self._used[index] = True
+            while self._first_unused < len(self._used) and self._used[self._first_unused]:
+                self._first_unused += 1
             reply = self._script[index]
         return _Turn.build(reply, call_number, self.name, selection.name)
 
     def _next_reply(self, purpose: CallPurpose, step: str | None, tool_names: list[str]) -> int | None:
         """The first unused reply for this purpose keyed to this step (and tool set), else the first unkeyed one."""
         unkeyed = None
-        for index, reply in enumerate(self._script):
+        for index in range(self._first_unused, len(self._script)):
+            reply = self._script[index]
             if self._used[index] or not self._serves(reply, purpose):
                 continue
             key = _key(reply)
