@@ -197,6 +197,11 @@ def test_an_empty_directory_and_a_missing_parent_are_fine(tmp_path: Path) -> Non
 # -- the command -----------------------------------------------------------------------------------------
 
 
+def printed_steps(printed: str) -> list[str]:
+    """The commands of the block `picoflow new` prints after its first line, without their comments."""
+    return [line.split("#", 1)[0].strip() for line in printed.split("\n\n")[1].splitlines()]
+
+
 def test_main_creates_the_project_in_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -205,10 +210,9 @@ def test_main_creates_the_project_in_the_working_directory(
     assert main(["travel-desk"]) == 0
     assert files_under(tmp_path / "travel-desk") == EXPECTED_FILES
     out = capsys.readouterr().out
-    assert "TravelDeskFlow" in out and "\n  make run " in out and "\n  make test " in out
-    # Not installed from a wheel: how to find one, should the package index lack the library.
-    assert "PICOFLOW_WHEEL" not in out.split("\n\n")[1]
-    assert f"export PICOFLOW_WHEEL=/path/to/picoflow_aws-{project_values('x')['picoflow_version']}" in out
+    assert "TravelDeskFlow" in out and printed_steps(out) == ["cd travel-desk", "make run", "make test"]
+    # Not installed from a wheel: how to point make at one, should the package index lack the library.
+    assert f"  export PICOFLOW_WHEEL=/path/to/picoflow_aws-{project_values('x')['picoflow_version']}" in out
 
     assert main(["travel-desk"]) == 2
     assert "not an empty directory" in capsys.readouterr().err
@@ -246,7 +250,7 @@ def test_main_prints_the_wheel_line_when_picoflow_came_from_a_wheel(
     wheel = tmp_path / "dist" / "picoflow_aws-1.0.0-py3-none-any.whl"
     monkeypatch.setattr(scaffold, "installed_wheel", lambda: wheel)
     assert main(["travel-desk"]) == 0
-    steps = [line.split("#")[0].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    steps = printed_steps(capsys.readouterr().out)
     assert steps == ["cd travel-desk", f"export PICOFLOW_WHEEL={wheel}", "make run", "make test"]
 
 
@@ -317,11 +321,12 @@ def walkthrough(make: str, venv_python: Path, tmp_path_factory: pytest.TempPathF
     )
     run([str(builder), "-m", "build", "--wheel"], cwd=checkout)
     (wheel,) = (checkout / "dist").glob("picoflow_aws-*.whl")
-    # picoflow installed from that wheel; its dependencies are those the shared venv has from the package index.
+    # picoflow installed from that wheel, its dependencies those the shared venv has from the package index
+    # (--ignore-installed: the shared venv's own copy of the library is shadowed, never uninstalled).
     user_python = overlay_venv(venv_python, base / "user-venv")
-    pip_install(user_python, "--no-deps", str(wheel))
+    pip_install(user_python, "--no-deps", "--ignore-installed", str(wheel))
     new = run([str(user_python.parent / "picoflow"), "new", "travel-desk"], cwd=base, env=env)
-    steps = [line.split("#", 1)[0].strip() for line in new.stdout.splitlines() if line.startswith("  ")]
+    steps = printed_steps(new.stdout)
     # The printed commands exactly as printed, in one shell: the project's own .venv, nothing prepared for it.
     done = run(["bash", "-euc", "\n".join(steps)], cwd=base, env=env, timeout=900)
     return Walkthrough(wheel, base / "travel-desk", new.stdout, steps, done.stdout)

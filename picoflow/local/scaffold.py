@@ -159,13 +159,13 @@ def run(args: argparse.Namespace) -> int:
     print("  make test    # ruff and pytest")
     print()
     if wheel is not None:
-        print(f"make installs {requirement} from {WHEEL_VARIABLE}, the wheel this picoflow was installed from; "
-              "once your package index has it, leave the variable unset.")
+        print(f"make installs {requirement} from {WHEEL_VARIABLE}, the wheel this picoflow was installed from;")
+        print("once your package index has picoflow-aws, leave the variable unset.")
     else:
-        print(f"make installs {requirement} from your package index. If pip finds no such distribution there, "
-              f"export {WHEEL_VARIABLE}=/path/to/picoflow_aws-{values['picoflow_version']}-py3-none-any.whl first "
-              "(`.venv/bin/python -m build --wheel` in a PicoFlow checkout builds one in dist/).")
-    print("Deploy with `sam build && sam deploy --guided` (see README.md).")
+        print(f"make installs {requirement} from your package index. If pip finds no such distribution there,")
+        print("point make at a wheel first (`.venv/bin/python -m build --wheel` in a PicoFlow checkout builds one):")
+        print(f"\n  export {WHEEL_VARIABLE}=/path/to/picoflow_aws-{values['picoflow_version']}-py3-none-any.whl")
+    print("\nDeploy with `sam build && sam deploy --guided` (see README.md).")
     return 0
 
 
