@@ -15,7 +15,7 @@ CALL_PURPOSES: tuple[CallPurpose, ...] = ("chat", "decision", "summary")
 
 #: The id of the step whose model call is running in this task; None outside step calls (e.g. summaries).
 calling_step: contextvars.ContextVar[str | None] = contextvars.ContextVar("picoflow_calling_step", default=None)
-#: The purpose of the model call running in this task; step calls leave the default.
+#: The purpose of the model call running in this task (a step's own calls are chat calls).
 call_purpose: contextvars.ContextVar[CallPurpose] = contextvars.ContextVar("picoflow_call_purpose", default="chat")
 #: The ``time.monotonic()`` time by which the running model call must answer; None: no limit but the client's own.
 call_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("picoflow_call_deadline", default=None)
