@@ -79,7 +79,7 @@ class SummaryAwareProvider(ScriptedProvider):
 
     def chat_model(self, selection: ModelSelection):  # noqa: ANN201 - same type as the base
         if selection.name == "summary":
-            return ScriptedProvider([{"content": SENTENCE * 4}] * 1000).chat_model(selection)
+            return ScriptedProvider([{"for": "summary", "content": SENTENCE * 4}] * 1000).chat_model(selection)
         return super().chat_model(selection)
 
 

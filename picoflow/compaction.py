@@ -11,6 +11,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from picoflow.errors import CompactionError
+from picoflow.models.context import model_call_for
 
 DEFAULT_SUMMARY_MIN_MESSAGES = 16
 DEFAULT_SUMMARY_RECENT_MESSAGES = 8
@@ -215,7 +216,8 @@ async def compact_history(
         return None
 
     summarised = list(messages[1:cut])
-    response = await model.ainvoke(build_summary_request(summarised, previous_summary, context=messages))
+    with model_call_for("summary", None):
+        response = await model.ainvoke(build_summary_request(summarised, previous_summary, context=messages))
     summary = _content_text(response.content).strip()
     if not summary:
         raise CompactionError("The summary model returned an empty summary.")

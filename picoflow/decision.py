@@ -17,6 +17,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model, field_validator
 
 from picoflow.errors import DecisionValidationError, PicoFlowError
+from picoflow.models.context import model_call_for
 from picoflow.models.selection import ModelSelection
 from picoflow.session.document import TokenUsage
 from picoflow.tokens import usage_from_message
@@ -373,7 +374,8 @@ class ChatDecisionProvider:
         schema = _estimate_schema(request.questions)
         model = self._models.chat_model(request.selection)
         runnable = model.with_structured_output(schema, include_raw=True)
-        output = await runnable.ainvoke(_classifier_messages(request))
+        with model_call_for("decision", request.step_id):
+            output = await runnable.ainvoke(_classifier_messages(request))
         usage = usage_from_message(output)
         parsed = output.get("parsed")
         if not isinstance(parsed, BaseModel):

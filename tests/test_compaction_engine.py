@@ -94,7 +94,8 @@ def engine_for(main: list, summaries: list, store=None, flows=(CompactingFlow,))
 async def test_long_tool_conversation_stays_bounded_and_the_summary_reaches_the_model():
     turns = 12
     script = [reply for i in range(turns) for reply in tool_turn(i)]
-    summaries = [{"content": f"summary {i}", "usage": {"input_tokens": 100, "output_tokens": 20}} for i in range(20)]
+    summaries = [{"for": "summary", "content": f"summary {i}", "usage": {"input_tokens": 100, "output_tokens": 20}}
+                 for i in range(20)]
     engine, chat, summarizer = engine_for(script, summaries)
     session = None
     sizes = []
@@ -123,9 +124,52 @@ async def test_long_tool_conversation_stays_bounded_and_the_summary_reaches_the_
     assert tokens.output_tokens == turns * 7 + used * 20
 
 
+class OneModelFlow(CompactingFlow):
+    """Chat and summaries from one scripted model, so both kinds of call draw on the same script."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.get_memory().set_summary_model(ModelSelection(provider="scripted", name="s"))
+
+
+async def run_turns(engine: FlowEngine, flow: str, count: int) -> tuple[list[str], SessionDoc]:
+    session, answers = None, []
+    for i in range(count):
+        response = await engine.run(flow, f"question {i}", session)
+        assert response.success, response.message
+        session, answers = response.session, [*answers, response.message]
+    return answers, await engine.session_store.load(session)
+
+
+async def test_a_compaction_summary_consumes_only_a_summary_reply():
+    # One reply per turn, with the summary scripted first: chat calls pass it by and the summary call takes it.
+    script = [{"for": "summary", "content": "the summary"}, *[text(f"answer {i}") for i in range(5)]]
+    engine, chat, _ = engine_for(script, [], flows=(OneModelFlow,))
+
+    answers, doc = await run_turns(engine, "OneModelFlow", 5)
+
+    assert answers == [f"answer {i}" for i in range(5)]
+    assert chat.purposes == ["chat"] * 4 + ["summary", "chat"]
+    assert doc.flow.memory["chat"].summary == "the summary"
+    assert chat.remaining == 0 and doc.warn == []
+
+
+async def test_a_summary_call_without_a_summary_reply_fails_and_takes_no_chat_reply():
+    engine, chat, _ = engine_for([text(f"answer {i}") for i in range(5)], [], flows=(OneModelFlow,))
+
+    answers, doc = await run_turns(engine, "OneModelFlow", 5)
+
+    assert answers == [f"answer {i}" for i in range(5)]  # nothing shifted
+    assert doc.flow.memory["chat"].summary is None and chat.remaining == 0
+    # Each turn past the threshold tries again, and each failure names the call.
+    assert [w.message.split(": ", 1)[0] for w in doc.warn] == ["Memory compaction skipped"] * 2
+    assert "has no reply for model call 5, a summary call:" in doc.warn[0].message
+    assert '"for": "summary"' in doc.warn[0].message
+
+
 async def test_a_broken_summary_model_is_a_warning_and_the_turn_still_saves():
     script = [reply for i in range(5) for reply in tool_turn(i)]
-    engine, _, _ = engine_for(script, [{"error": "summary service down"}] * 10)
+    engine, _, _ = engine_for(script, [{"for": "summary", "error": "summary service down"}] * 10)
     session = None
     for i in range(5):
         response = await engine.run("CompactingFlow", f"q{i}", session)
@@ -163,7 +207,7 @@ async def test_documents_near_the_limit_are_compacted_and_oversized_ones_refused
     big = "x" * 900
     script = [text(f"{big} {i}") for i in range(12)]
     engine, _, summarizer = engine_for(
-        script, [text("short summary")] * 10, store=store, flows=(RarelyCompactingFlow,)
+        script, [{"for": "summary", "content": "short summary"}] * 10, store=store, flows=(RarelyCompactingFlow,)
     )
     session = None
     for i in range(6):

@@ -1069,3 +1069,21 @@ async def test_a_decision_step_chained_between_model_steps_in_one_turn():
     assert doc["tokens"]["totalTokens"] == 45  # three chat calls of 15 tokens each
     # The specialist model sees the whole desk conversation, the hand-over included.
     assert any(getattr(m, "content", "") == "Production is down for everyone" for m in chat.calls[3])
+
+
+@pytest.mark.parametrize("key", [{"for": "decision"}, {"for": "decision", "step": "Router"}, {"step": "Router"}],
+                         ids=["purpose", "purpose-and-step", "step"])
+async def test_a_decision_reply_keyed_by_purpose_or_step_answers_the_decision_call(key: dict[str, str]):
+    # Scripted last, after the reply the specialist gives in the same turn: only the decision call takes it.
+    route = {**key, "content": {"route": {"quick": 0.1, "specialist": 0.9}}}
+    engine, chat = scripted_engine(
+        [ChainFlow],
+        [text("What is wrong?"), call(("hand_over", {"reason": "outage"})), text("Paging the on-call team."), route],
+    )
+    first = await engine.run("ChainFlow", "Hi")
+    response = await engine.run("ChainFlow", "Production is down for everyone", first.session)
+
+    assert (response.success, response.message) == (True, "Paging the on-call team.")
+    assert chat.purposes == ["chat", "chat", "decision", "chat"]
+    router = next(s for s in (await stored(engine, first.session))["flow"]["steps"] if s["name"] == "Router")
+    assert router["state"]["route"] == "specialist"

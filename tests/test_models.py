@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from picoflow.errors import PicoFlowError, ScriptedModelError
 from picoflow.models.common import CLIENT_RETRIES
+from picoflow.models.context import model_call_for
 from picoflow.models.factory import default_registry
 from picoflow.models.openai import OpenAIProvider
 from picoflow.models.registry import ModelProvider, ProviderRegistry, provider_family
@@ -328,6 +329,47 @@ def test_an_exhausted_script_names_the_provider_and_the_call() -> None:
         model.invoke("two")
 
 
+def test_a_missing_reply_names_the_call_its_purpose_and_step() -> None:
+    provider = ScriptedProvider([{"content": "for the user"}, {"for": "decision", "content": "{}"}])
+    model = provider.chat_model(SCRIPTED)
+
+    with model_call_for("summary", None), pytest.raises(PicoFlowError) as summary:
+        model.invoke("fold this")
+    assert str(summary.value) == (
+        "Scripted provider 'scripted' has no reply for model call 1, a summary call: 2 of its 2 replies are unused and "
+        'none answers this call. A compaction summary takes only a reply with "for": "summary".'
+    )
+    with model_call_for("chat", "AskStep"):
+        assert model.invoke("hi").content == "for the user"
+        with pytest.raises(PicoFlowError) as chat:
+            model.invoke("again")
+    assert "model call 3, a chat call of step 'AskStep': 1 of its 2 replies are unused" in str(chat.value)
+    assert 'Add a reply without "for" or with "for": "chat" (optionally with "step": "AskStep").' in str(chat.value)
+    assert provider.purposes == ["summary", "chat", "chat"]
+
+
+def test_each_reply_serves_only_its_purpose_and_step_keys_come_first() -> None:
+    provider = ScriptedProvider([
+        {"for": "summary", "content": "a summary"},
+        {"for": "decision", "content": "a decision"},
+        {"content": "either"},
+        {"for": "chat", "content": "a chat reply"},
+        {"for": "decision", "step": "Router", "content": "the router's decision"},
+    ])
+    model = provider.chat_model(SCRIPTED)
+
+    def ask(purpose: str, step: str | None) -> str:
+        with model_call_for(purpose, step):  # type: ignore[arg-type]
+            return str(model.invoke("x").content)
+
+    assert ask("chat", "AskStep") == "either"  # the first reply without a purpose
+    assert ask("decision", "Router") == "the router's decision"  # keyed to the step, so ahead of its turn
+    assert ask("decision", "Other") == "a decision"
+    assert ask("chat", None) == "a chat reply"
+    assert ask("summary", None) == "a summary"
+    assert provider.remaining == 0
+
+
 async def test_a_scripted_error_is_raised_instead_of_a_reply() -> None:
     provider = ScriptedProvider([{"error": "rate limited"}, {"content": "recovered"}])
     model = provider.chat_model(SCRIPTED)
@@ -482,3 +524,7 @@ def test_bad_scripts_are_refused_up_front(tmp_path: Path) -> None:
         ScriptedProvider([{"tool_calls": [{"args": {}}]}])
     with pytest.raises(PicoFlowError, match="delay"):
         ScriptedProvider([{"content": "x", "delay": -1}])
+    with pytest.raises(PicoFlowError, match='"for" must be one of chat, decision, summary'):
+        ScriptedProvider([{"content": "x", "for": "answer"}])
+    with pytest.raises(PicoFlowError, match="summary calls belong to no step"):
+        ScriptedProvider([{"content": "x", "for": "summary", "step": "ChatStep"}])

@@ -6,6 +6,7 @@ the generated project with its [dev] extras from the package registry, into a ve
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import py_compile
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from cfnlint.decode import cfn_yaml
 import picoflow
 from picoflow.local import cli, scaffold
 from picoflow.local.scaffold import ScaffoldError, create_project, main, project_values
-from tests.support.packaging import overlay_venv, pip_install, run, site_packages
+from tests.support.packaging import ROOT, copy_into, make_venv, overlay_venv, pip_install, run, user_home
 
 # The longest name allowed: the generated code must stay within the line length with it.
 LONG_NAME = "customer_support-ticket-triage-assistant"
@@ -109,10 +111,11 @@ def test_the_conversation_is_in_the_demo_format(project: Path) -> None:
 
 def test_the_makefile_runs_the_demo_and_the_tests(project: Path) -> None:
     makefile = (project / "Makefile").read_text()
-    assert "-m picoflow.local.demo --flow TravelDeskFlow --flows flows" in makefile
+    assert re.search(r"^FLOW \?= TravelDeskFlow$", makefile, re.MULTILINE)
+    assert "-m picoflow.local.demo --flow $(FLOW) --flows flows" in makefile
     assert re.search(r"^run: \$\(STAMP\)$", makefile, re.MULTILINE)
     assert re.search(r"^test: \$\(STAMP\)\n\t\$\(PY\) -m ruff check \.\n\t\$\(PY\) -m pytest$", makefile, re.MULTILINE)
-    assert "-e '.[dev]'" in makefile
+    assert """$(if $(PICOFLOW_WHEEL),"$(PICOFLOW_WHEEL)") -e '.[dev]'""" in makefile
     assert "sam build && sam deploy --guided" in (project / "README.md").read_text()
 
 
@@ -194,17 +197,61 @@ def test_an_empty_directory_and_a_missing_parent_are_fine(tmp_path: Path) -> Non
 # -- the command -----------------------------------------------------------------------------------------
 
 
+def printed_steps(printed: str) -> list[str]:
+    """The commands of the block `picoflow new` prints after its first line, without their comments."""
+    return [line.split("#", 1)[0].strip() for line in printed.split("\n\n")[1].splitlines()]
+
+
 def test_main_creates_the_project_in_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(scaffold, "installed_wheel", lambda: None)
     assert main(["travel-desk"]) == 0
     assert files_under(tmp_path / "travel-desk") == EXPECTED_FILES
     out = capsys.readouterr().out
-    assert "TravelDeskFlow" in out and "make run" in out and "make test" in out
+    assert "TravelDeskFlow" in out and printed_steps(out) == ["cd travel-desk", "make run", "make test"]
+    # Not installed from a wheel: how to point make at one, should the package index lack the library.
+    assert f"  export PICOFLOW_WHEEL=/path/to/picoflow_aws-{project_values('x')['picoflow_version']}" in out
 
     assert main(["travel-desk"]) == 2
     assert "not an empty directory" in capsys.readouterr().err
+
+
+def test_the_wheel_picoflow_came_from_is_read_from_its_install_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheel = tmp_path / "picoflow_aws-1.0.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+
+    class Installed:
+        def __init__(self, record: str | None) -> None:
+            self.record = record
+
+        def read_text(self, name: str) -> str | None:
+            return self.record if name == "direct_url.json" else None
+
+    def installed_from(record: str | None) -> Path | None:
+        monkeypatch.setattr(scaffold.metadata, "distribution", lambda name: Installed(record))
+        return scaffold.installed_wheel()
+
+    assert installed_from(json.dumps({"url": wheel.as_uri(), "archive_info": {}})) == wheel
+    assert installed_from(None) is None  # from the package index: pip records nothing
+    assert installed_from(json.dumps({"url": tmp_path.as_uri(), "dir_info": {"editable": True}})) is None
+    assert installed_from(json.dumps({"url": (tmp_path / "gone.whl").as_uri()})) is None
+    assert installed_from(json.dumps({"url": "https://example.invalid/picoflow_aws-1.0.0-py3-none-any.whl"})) is None
+    assert installed_from("not json") is None
+
+
+def test_main_prints_the_wheel_line_when_picoflow_came_from_a_wheel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    wheel = tmp_path / "dist" / "picoflow_aws-1.0.0-py3-none-any.whl"
+    monkeypatch.setattr(scaffold, "installed_wheel", lambda: wheel)
+    assert main(["travel-desk"]) == 0
+    steps = printed_steps(capsys.readouterr().out)
+    assert steps == ["cd travel-desk", f"export PICOFLOW_WHEEL={wheel}", "make run", "make test"]
 
 
 def test_main_takes_a_parent_directory_and_reports_a_bad_name(
@@ -227,18 +274,29 @@ def test_the_picoflow_command_has_a_new_subcommand(tmp_path: Path, capsys: pytes
     assert "not an empty directory" in capsys.readouterr().err
 
 
-# -- end to end: the installed library makes a project that passes its own tests and runs its demo ----------------
+# -- a fresh machine: build the wheel, `picoflow new`, then only what it printed and the project's README say -------
+
+
+@dataclass(frozen=True)
+class Walkthrough:
+    wheel: Path
+    project: Path
+    printed: str  # what `picoflow new` printed
+    steps: list[str]  # the commands it printed, in order
+    output: str  # what running them printed
 
 
 def clean_env(home: Path) -> dict[str, str]:
-    """The environment of a user's shell: nothing of this test run (no PYTHONPATH, no AWS settings)."""
-    path = os.environ.get("PATH", "/usr/bin:/bin")
-    return {"PATH": path, "HOME": str(home), "PYTHONNOUSERSITE": "1", "LANG": "C.UTF-8"}
+    """The environment of a user's shell: nothing of this test run (no PYTHONPATH, no AWS settings) but pip's own."""
+    pip = {name: value for name, value in os.environ.items() if name.startswith("PIP_")}
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "PYTHONNOUSERSITE": "1",
+            "LANG": "C.UTF-8", **pip}
 
 
-def make_command(make: str, target: str, python: Path) -> list[str]:
-    """``make TARGET`` in the project, on the venv of ``python`` rather than the project's own .venv."""
-    return [make, "--no-print-directory", target, f"VENV={python.parent.parent}"]
+def dev_requirement(name: str) -> str:
+    """The library's requirement on ``name`` among the dev extras, which `make` installs."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    return next(requirement for requirement in extra if re.split(r"[\[>=<~; ]", requirement)[0] == name)
 
 
 @pytest.fixture(scope="module")
@@ -253,49 +311,86 @@ def make() -> str:
 
 
 @pytest.fixture(scope="module")
-def installed_project(venv_python: Path, wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A project made by the installed library's ``picoflow new`` and installed with its [dev] extras."""
-    base = tmp_path_factory.mktemp("e2e")
-    python = overlay_venv(venv_python, base / "venv")
-    # The console script the wheel installed, as a user types it.
-    new = [str(venv_python.parent / "picoflow"), "new", "travel-desk", "--dir", str(base)]
-    run(new, cwd=base, env=clean_env(base))
-    project = base / "travel-desk"
-    # picoflow-aws is satisfied by the wheel already installed underneath; the rest comes from the registry.
-    pip_install(python, "--find-links", str(wheel.parent), "-e", f"{project}[dev]")
-    # The Makefile's install step is done: with its stamp newer than pyproject.toml, make goes straight to work.
-    (base / "venv" / ".installed").touch()
-    return python, project
+def walkthrough(make: str, venv_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Walkthrough:
+    base = tmp_path_factory.mktemp("fresh")
+    env = clean_env(user_home(base / "home"))
+    # The wheel, built in a checkout as the README says, with the `build` the dev extras install.
+    checkout = copy_into(base / "checkout", ["pyproject.toml", "README.md", "LICENSE", "picoflow"])
+    builder = sys.executable if importlib.util.find_spec("build") else make_venv(
+        base / "build-venv", dev_requirement("build")
+    )
+    run([str(builder), "-m", "build", "--wheel"], cwd=checkout)
+    (wheel,) = (checkout / "dist").glob("picoflow_aws-*.whl")
+    # picoflow installed from that wheel, its dependencies those the shared venv has from the package index
+    # (--ignore-installed: the shared venv's own copy of the library is shadowed, never uninstalled).
+    user_python = overlay_venv(venv_python, base / "user-venv")
+    pip_install(user_python, "--no-deps", "--ignore-installed", str(wheel))
+    new = run([str(user_python.parent / "picoflow"), "new", "travel-desk"], cwd=base, env=env)
+    steps = printed_steps(new.stdout)
+    # The printed commands exactly as printed, in one shell: the project's own .venv, nothing prepared for it.
+    done = run(["bash", "-euc", "\n".join(steps)], cwd=base, env=env, timeout=900)
+    return Walkthrough(wheel, base / "travel-desk", new.stdout, steps, done.stdout)
 
 
-def test_the_project_comes_from_the_installed_wheel(installed_project: tuple[Path, Path], venv_python: Path) -> None:
-    python, project = installed_project
-    # handlers/api.py re-exports picoflow.aws.api, so importing it checks that the wheel has that module.
-    probe = "import picoflow, flows, handlers.api as api; print(picoflow.__file__, flows.__file__, api.__file__)"
-    result = run([str(python), "-c", probe], cwd=project.parent, env=clean_env(project))
-    library, flows, handlers = result.stdout.split()
-    assert Path(library).is_relative_to(site_packages(venv_python))
-    assert Path(flows).is_relative_to(project) and Path(handlers).is_relative_to(project)
+def test_picoflow_new_prints_the_steps_with_the_wheel_it_was_installed_from(walkthrough: Walkthrough) -> None:
+    assert walkthrough.steps == [
+        "cd travel-desk", f"export PICOFLOW_WHEEL={walkthrough.wheel}", "make run", "make test"
+    ]
+    assert "the wheel this picoflow was installed from" in walkthrough.printed
 
 
-def test_make_test_passes_in_the_new_project(installed_project: tuple[Path, Path], make: str) -> None:
-    python, project = installed_project
-    result = run(make_command(make, "test", python), cwd=project, env=clean_env(project))
-    assert "All checks passed!" in result.stdout
-    assert re.search(r"\b3 passed\b", result.stdout), result.stdout[-3000:]
+def test_the_new_project_runs_its_demo_and_passes_its_tests_as_printed(walkthrough: Walkthrough) -> None:
+    out = walkthrough.output
+    assert "bot > Hello! I'm the travel-desk assistant." in out
+    assert "bot > Nice to meet you, Ada!" in out
+    assert "(session completed)" in out and "currentStep=AnswerStep" in out
+    assert "All checks passed!" in out
+    assert re.search(r"\b3 passed\b", out), out[-3000:]
 
 
-def test_make_run_replays_the_conversation_offline(installed_project: tuple[Path, Path], make: str) -> None:
-    python, project = installed_project
-    result = run(make_command(make, "run", python), cwd=project, env=clean_env(project))
-    assert "bot > Hello! I'm the travel-desk assistant." in result.stdout
-    assert "bot > Nice to meet you, Ada!" in result.stdout
-    assert "(session completed)" in result.stdout
-    assert "currentStep=AnswerStep" in result.stdout
+def test_the_project_installed_the_library_from_the_wheel(walkthrough: Walkthrough) -> None:
+    probe = (
+        "import importlib.metadata as m, json, picoflow, flows, handlers.api as api\n"
+        "print(picoflow.__file__, flows.__file__, api.__file__)\n"
+        "print(json.loads(m.distribution('picoflow-aws').read_text('direct_url.json'))['url'])\n"
+    )
+    python = walkthrough.project / ".venv" / "bin" / "python"
+    result = run([str(python), "-c", probe], cwd=walkthrough.project, env=clean_env(walkthrough.project))
+    files, origin = result.stdout.splitlines()
+    library, flows, handlers = files.split()
+    assert Path(library).is_relative_to(walkthrough.project / ".venv")
+    assert Path(flows).is_relative_to(walkthrough.project) and Path(handlers).is_relative_to(walkthrough.project)
+    assert origin == walkthrough.wheel.as_uri()
 
 
-def test_the_sample_event_runs_through_the_handler_as_sam_local_would(installed_project: tuple[Path, Path]) -> None:
-    python, project = installed_project
+def test_the_generated_readme_explains_the_wheel_and_the_scripted_conversation(walkthrough: Walkthrough) -> None:
+    readme = (walkthrough.project / "README.md").read_text()
+    assert f"export PICOFLOW_WHEEL=/path/to/picoflow_aws-{project_values('x')['picoflow_version']}-py3-none-any.whl" \
+        in readme
+    assert "## The scripted conversation" in readme
+    for example in ('"tool_calls": [{"name": "save_name"', '{"for": "decision"', '{"for": "summary"'):
+        assert example in readme
+    assert "make run FLOW=" in readme
+
+
+def test_make_run_replays_any_flow_of_the_project(walkthrough: Walkthrough, make: str) -> None:
+    project = walkthrough.project
+    second = project / "flows" / "front_desk"
+    second.mkdir()
+    (second / "__init__.py").write_text(
+        "from flows.travel_desk import TravelDeskFlow\n\n\nclass FrontDeskFlow(TravelDeskFlow):\n    pass\n"
+    )
+    conversation = json.loads((project / "flows/travel_desk/conversation.json").read_text())
+    conversation["turns"][0]["replies"][0]["content"] = "Welcome to the front desk! What is your first name?"
+    (second / "conversation.json").write_text(json.dumps({**conversation, "flow": "FrontDeskFlow"}))
+
+    result = run([make, "--no-print-directory", "run", "FLOW=FrontDeskFlow"], cwd=project, env=clean_env(project))
+    assert "PicoFlow demo: FrontDeskFlow" in result.stdout
+    assert "bot > Welcome to the front desk!" in result.stdout and "(session completed)" in result.stdout
+
+
+def test_the_sample_event_runs_through_the_handler_as_sam_local_would(walkthrough: Walkthrough) -> None:
+    project = walkthrough.project
     code = (
         "import json, os\n"
         "os.environ.update(json.load(open('events/env.json'))['ApiFunction'])\n"
@@ -304,6 +399,7 @@ def test_the_sample_event_runs_through_the_handler_as_sam_local_would(installed_
         "response = lambda_handler(json.load(open('events/run.json')), FakeLambdaContext())\n"
         "print('RESPONSE', json.dumps(response))\n"
     )
+    python = project / ".venv" / "bin" / "python"
     result = run([str(python), "-c", code], cwd=project, env={**clean_env(project), "AWS_DEFAULT_REGION": "us-east-1"})
     response = json.loads(result.stdout.split("RESPONSE ", 1)[1])
     assert response["statusCode"] == 200, response

@@ -21,7 +21,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from picoflow.errors import PicoFlowError, ScriptedModelError
-from picoflow.models.context import calling_step
+from picoflow.models.context import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
 from picoflow.models.conversation import check_conversation
 from picoflow.models.registry import ModelProvider
 from picoflow.models.selection import ModelSelection
@@ -30,7 +30,8 @@ from picoflow.parsing import strip_fence
 Reply = AIMessage | Mapping[str, Any]
 
 _REPLY_KEYS = frozenset(
-    {"content", "tool_calls", "usage", "response_metadata", "refusal", "delay", "error", "status", "step", "tools"}
+    {"content", "tool_calls", "usage", "response_metadata", "refusal", "delay", "error", "status", "step", "tools",
+     "for"}
 )
 _USAGE_KEYS = frozenset(
     {"input_tokens", "output_tokens", "total_tokens", "input_token_details", "output_token_details"}
@@ -46,17 +47,24 @@ class ScriptedProvider(ModelProvider):
     ``refusal`` (a provider refusal text, carried in ``additional_kwargs`` as OpenAI does),
     ``delay`` (seconds to wait before answering) and ``error`` (a message to raise instead of answering, as a
     failure of HTTP status ``status``: 503 by default, which is retried; 400 or 401 are not).
-    A reply with ``step`` (and optionally ``tools``, the exact set of tool names bound to the call) answers
-    only the model calls of that step, whatever order concurrent workers call in; replies without one are
-    served in order to every other call.
+
+    Every call has a purpose: ``chat`` (a step's reply), ``decision`` (a DecisionStep's questions, answered by a
+    JSON object with one probability per option) or ``summary`` (a memory compaction's rolling summary), and a
+    reply answers only calls of its ``for`` (``chat`` when it has none). A summary call takes nothing but a
+    ``"for": "summary"`` reply, so it never stores a reply meant for the user as the summary; a decision call also
+    takes replies without ``for`` when the script marks none for decisions (as scripts did before purposes
+    existed). A reply with ``step`` (and optionally ``tools``, the exact set of tool names bound to the call)
+    answers only the calls of that step, whatever order concurrent workers call in, and is preferred to replies
+    without one, which are served in script order. A call that finds no reply raises an error naming its number,
+    purpose and step.
 
     With ``strict`` (the default) every request is checked against the Chat Completions rules first (see
     ``picoflow.models.conversation``): a conversation the real service would refuse fails here too.
     A provider block is scripted as ``{"response_metadata": {"finish_reason": "content_filter"}}``.
 
     For each call, ``calls`` holds copies of the messages the model received, ``tools`` the names of the
-    tools bound to it and ``selections`` the model selection it was built for. Every chat model built by one
-    provider shares its script; providers with different names keep independent scripts.
+    tools bound to it, ``purposes`` its purpose and ``selections`` the model selection it was built for. Every
+    chat model built by one provider shares its script; providers with different names keep independent scripts.
     """
 
     def __init__(self, script: Iterable[Reply], name: str = "scripted", *, strict: bool = True) -> None:
@@ -64,10 +72,13 @@ class ScriptedProvider(ModelProvider):
         self.strict = strict
         self._script = [_checked_reply(reply, index) for index, reply in enumerate(script)]
         self._used = [False] * len(self._script)
-        self._cursor = 0
+        self._first_unused = 0
+        # Scripts that mark no decision reply answer decisions from their unmarked replies, as they always did.
+        self._decisions_unmarked = not any(_purpose(reply) == "decision" for reply in self._script)
         self._lock = threading.Lock()
         self.calls: list[list[BaseMessage]] = []
         self.tools: list[list[str]] = []
+        self.purposes: list[CallPurpose] = []
         self.selections: list[ModelSelection] = []
 
     @classmethod
@@ -92,36 +103,49 @@ class ScriptedProvider(ModelProvider):
         return ScriptedChatModel(provider=self, selection=selection)
 
     def _take(self, messages: Sequence[BaseMessage], tool_names: list[str], selection: ModelSelection) -> _Turn:
-        step = calling_step.get()
+        step, purpose = calling_step.get(), call_purpose.get()
         with self._lock:
             self.calls.append([message.model_copy(deep=True) for message in messages])
             self.tools.append(tool_names)
+            self.purposes.append(purpose)
             self.selections.append(selection)
             call_number = len(self.calls)
             if self.strict:
                 # Refuse what the real service would refuse, before spending a reply on it.
                 check_conversation(messages)
-            index = self._next_reply(step, tool_names)
+            index = self._next_reply(purpose, step, tool_names)
             if index is None:
+                unused = self._used.count(False)
                 raise PicoFlowError(
-                    f"Scripted provider '{self.name}' has no reply for model call {call_number}"
-                    f"{f' of step {step!r}' if step else ''}: its script held {len(self._script)} replies."
+                    f"Scripted provider '{self.name}' has no reply for model call {call_number}, a {purpose} call"
+                    f"{f' of step {step!r}' if step else ''}: {unused} of its {len(self._script)} replies are unused"
+                    f" and none answers this call. {_wanted(purpose, step)}"
                 )
             self._used[index] = True
+            while self._first_unused < len(self._used) and self._used[self._first_unused]:
+                self._first_unused += 1
             reply = self._script[index]
         return _Turn.build(reply, call_number, self.name, selection.name)
 
-    def _next_reply(self, step: str | None, tool_names: list[str]) -> int | None:
-        """The first unused reply keyed to this step (and tool set), else the next unkeyed one."""
-        for index, reply in enumerate(self._script):
-            if not self._used[index] and _answers(reply, step, tool_names):
+    def _next_reply(self, purpose: CallPurpose, step: str | None, tool_names: list[str]) -> int | None:
+        """The first unused reply for this purpose keyed to this step (and tool set), else the first unkeyed one."""
+        unkeyed = None
+        for index in range(self._first_unused, len(self._script)):
+            reply = self._script[index]
+            if self._used[index] or not self._serves(reply, purpose):
+                continue
+            key = _key(reply)
+            if key is None:
+                unkeyed = index if unkeyed is None else unkeyed
+            elif key[0] == step and (key[1] is None or key[1] == frozenset(tool_names)):
                 return index
-        while self._cursor < len(self._script):
-            index = self._cursor
-            self._cursor += 1
-            if not self._used[index] and _key(self._script[index]) is None:
-                return index
-        return None
+        return unkeyed
+
+    def _serves(self, reply: Reply, purpose: CallPurpose) -> bool:
+        scripted = _purpose(reply)
+        if scripted is None:
+            return purpose == "chat" or (purpose == "decision" and self._decisions_unmarked)
+        return scripted == purpose
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -273,6 +297,11 @@ def _checked_reply(reply: Any, index: int) -> Reply:
         raise PicoFlowError(f"{where} tools must be a list of tool names.")
     if tools is not None and "step" not in reply:
         raise PicoFlowError(f"{where} names tools but no step.")
+    purpose = reply.get("for")
+    if purpose is not None and purpose not in CALL_PURPOSES:
+        raise PicoFlowError(f"{where} \"for\" must be one of {', '.join(CALL_PURPOSES)}, not {purpose!r}.")
+    if purpose == "summary" and "step" in reply:
+        raise PicoFlowError(f"{where} is for a summary but names a step: summary calls belong to no step.")
     return reply
 
 
@@ -283,9 +312,18 @@ def _key(reply: Reply) -> tuple[str, frozenset[str] | None] | None:
     return None
 
 
-def _answers(reply: Reply, step: str | None, tool_names: list[str]) -> bool:
-    key = _key(reply)
-    return key is not None and key[0] == step and (key[1] is None or key[1] == frozenset(tool_names))
+def _purpose(reply: Reply) -> str | None:
+    return reply.get("for") if isinstance(reply, Mapping) else None
+
+
+def _wanted(purpose: CallPurpose, step: str | None) -> str:
+    """What the script needs so that a call of ``purpose`` and ``step`` finds a reply."""
+    if purpose == "summary":
+        return 'A compaction summary takes only a reply with "for": "summary".'
+    keyed = f' (optionally with "step": "{step}")' if step else ""
+    if purpose == "chat":
+        return f'Add a reply without "for" or with "for": "chat"{keyed}.'
+    return f'Add a reply with "for": "decision"{keyed}.'
 
 
 def _with_ids(tool_calls: list[Any], call_number: int, provider_name: str) -> list[Any]:

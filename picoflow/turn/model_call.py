@@ -15,7 +15,7 @@ from picoflow.errors import ModelUnavailableError, ParallelCancelledError, PicoF
 from picoflow.execution import cancellation_signal
 from picoflow.flow import Flow
 from picoflow.messages import EMPTY_RESPONSE_NUDGE, HumanMessageEx, as_text, content_text
-from picoflow.models.context import call_deadline, calling_step
+from picoflow.models.context import call_deadline, model_call_for
 from picoflow.models.selection import ModelSelection
 from picoflow.recovery import (
     Block,
@@ -232,13 +232,12 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
 
 async def _invoke(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any, step_id: str) -> Any:
     """One model invocation, bounded by ``timeout`` and abandoned as soon as ``signal`` is cancelled."""
-    token = calling_step.set(step_id)
     limit = call_deadline.set(None if timeout is None else time.monotonic() + timeout)
     try:
-        return await _invoke_bounded(runnable, request, timeout, signal)
+        with model_call_for("chat", step_id):
+            return await _invoke_bounded(runnable, request, timeout, signal)
     finally:
         call_deadline.reset(limit)
-        calling_step.reset(token)
 
 
 async def _invoke_bounded(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any) -> Any:

@@ -6,6 +6,7 @@ package registry); tests that install more on top use ``overlay_venv``, so that 
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -74,3 +75,24 @@ def overlay_venv(base_python: Path, path: Path) -> Path:
 def site_packages(python: Path) -> Path:
     """The site-packages directory of ``python``'s environment."""
     return Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
+
+
+def user_home(path: Path) -> Path:
+    """A fresh home directory at ``path`` holding this machine's pip configuration, so pip uses the same index.
+
+    ``pip config list`` gives the settings in force; those of ``PIP_*`` variables (``:env:``) are left to the
+    caller, who passes the variables themselves.
+    """
+    sections: dict[str, dict[str, str]] = {}
+    for line in run([sys.executable, "-m", "pip", "config", "list"]).stdout.splitlines():
+        key, _, value = line.partition("=")
+        section, _, name = key.rpartition(".")
+        if section and not section.startswith(":"):
+            sections.setdefault(section, {})[name] = ast.literal_eval(value)
+    config = path / ".config" / "pip" / "pip.conf"
+    config.parent.mkdir(parents=True)
+    config.write_text("".join(
+        f"[{section}]\n" + "".join(f"{name} = {value}\n" for name, value in values.items())
+        for section, values in sections.items()
+    ))
+    return path
