@@ -111,6 +111,7 @@ class DynamoDBSessionStore(SessionStore):
         self._session = session
         self._config = config
         self._owns_client = client is None
+        self._exceptions_loaded = False
         self._client_lock = threading.Lock()
 
     async def load(self, session_id: str) -> SessionDoc | None:
@@ -185,6 +186,7 @@ class DynamoDBSessionStore(SessionStore):
             return
         with self._client_lock:
             client, self._client = self._client, None
+            self._exceptions_loaded = False
         if client is not None:
             await asyncio.to_thread(client.close)
 
@@ -237,6 +239,11 @@ class DynamoDBSessionStore(SessionStore):
                     session = botocore.session.Session()
                 create = getattr(session, "create_client", None) or session.client  # botocore's or boto3's
                 self._client = create("dynamodb", **options)
+            if not self._exceptions_loaded:
+                # botocore builds a client's modeled exceptions on first use, unlocked: two threads doing it at once
+                # get two sets of classes, and a conflict raised from one escapes an except clause naming the other.
+                self._client.exceptions  # noqa: B018 - the property access is the point
+                self._exceptions_loaded = True
             return self._client
 
     async def _call(self, operation: str, session_id: str, method: str, **request: Any) -> dict[str, Any]:
@@ -249,6 +256,9 @@ class DynamoDBSessionStore(SessionStore):
         except ClientError as exc:
             error = exc.response.get("Error", {})
             code = error.get("Code", "")
+            if code == "ConditionalCheckFailedException":
+                # The same failure as another set of modeled classes (a given client whose exceptions were built twice).
+                raise SessionConflictError(session_id) from None
             if code == "ValidationException" and "item size" in str(error.get("Message", "")).lower():
                 limit = self._limit()
                 size = item_size(request["Item"]) if "Item" in request else limit + 1
