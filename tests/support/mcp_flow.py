@@ -35,7 +35,8 @@ def server_spec() -> MCPServerSpec:
     url = os.environ.get("MCP_TEST_URL")
     if url:
         return MCPServerSpec.http("test", url, timeout=timeout)
-    command = shlex.split(os.environ.get("MCP_TEST_COMMAND") or "") or [sys.executable, "-m", "tests.support.mcp_test_server"]
+    command = shlex.split(os.environ.get("MCP_TEST_COMMAND") or "")
+    command = command or [sys.executable, "-m", "tests.support.mcp_test_server"]
     return MCPServerSpec.stdio("test", command[0], command[1:], env={"PYTHONPATH": ROOT}, cwd=ROOT, timeout=timeout)
 
 
