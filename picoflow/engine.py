@@ -37,6 +37,7 @@ from picoflow.errors import (
 from picoflow.flow import Flow
 from picoflow.logger import SessionLogger
 from picoflow.logger import library_log as _log
+from picoflow.mcp import MCPUnavailableError
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.registration import check_flow_configuration
 from picoflow.results import RunResponse
@@ -74,6 +75,7 @@ _UNTOUCHED_ERRORS = (
     SessionStoreError,
     TurnDeadlineError,
     ModelUnavailableError,
+    MCPUnavailableError,
 )
 
 # A read-back that could not tell what is stored (no time left, or the store failed again).

@@ -265,6 +265,7 @@ PUBLIC_MESSAGES: dict[str, str] = {
     "MODEL_UNAVAILABLE": "The model service failed to answer; the session is unchanged, please retry.",
     "MODEL_TIMEOUT": "The model service did not answer in time; the session is unchanged, please retry.",
     "MODEL_THROTTLED": "The model service is busy; the session is unchanged, please retry shortly.",
+    "MCP_UNAVAILABLE": "A tool service the flow depends on is unavailable; the session is unchanged, please retry.",
     "LLM_BLOCKED": "The model service refused this request.",
     "TURN_FAILED": "The flow failed while handling this turn.",
     "FLOW_SETUP_FAILED": "The flow could not be started; the session is unchanged.",
@@ -290,6 +291,7 @@ RETRY_AFTER_SECONDS: dict[str, int] = {
     "MODEL_UNAVAILABLE": 5,
     "MODEL_TIMEOUT": 5,
     "MODEL_THROTTLED": 10,
+    "MCP_UNAVAILABLE": 5,
 }
 
 

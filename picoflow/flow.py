@@ -8,12 +8,15 @@ import inspect
 import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, overload
+
+from pydantic import BaseModel
 
 from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS, DecisionConversation, read_conversation
 from picoflow.errors import PicoFlowError
 from picoflow.execution import execution_frames, worker_view
 from picoflow.logger import SessionLogger
+from picoflow.mcp import M, MCPServerSpec, call_tool, find_server
 from picoflow.memory import Memory
 from picoflow.models.selection import ModelSelection
 from picoflow.protocols import FlowView, Runtime
@@ -60,6 +63,7 @@ class Flow:
         self._shared = _SharedView(self)
         self._current: str | None = None
         self._sequence: list[SequenceItem] = []
+        self._mcp_servers: list[MCPServerSpec] | None = None
 
     # -- subclass hooks -----------------------------------------------------------------------
 
@@ -259,6 +263,46 @@ class Flow:
         if spec is None:
             raise PicoFlowError(f"Tool '{name}' is not defined in flow '{self.id}'.")
         return spec
+
+    # -- MCP servers --------------------------------------------------------------------------
+
+    def define_mcp_servers(self) -> list[MCPServerSpec]:
+        """The MCP servers this flow's steps and handlers use, each declared once; none connects until needed."""
+        return []
+
+    def mcp_server(self, name: str) -> MCPServerSpec:
+        """The declared MCP server ``name``."""
+        if self._mcp_servers is None:
+            self._mcp_servers = list(self.define_mcp_servers())
+        return find_server(self._mcp_servers, name, self.id)
+
+    @overload
+    async def call_mcp_tool(
+        self, server: str, tool: str, arguments: dict[str, Any] | BaseModel | None = None, *, result_model: type[M]
+    ) -> M: ...
+
+    @overload
+    async def call_mcp_tool(
+        self, server: str, tool: str, arguments: dict[str, Any] | BaseModel | None = None, *, result_model: None = None
+    ) -> dict[str, Any] | str: ...
+
+    async def call_mcp_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any] | BaseModel | None = None,
+        *,
+        result_model: type[M] | None = None,
+    ) -> M | dict[str, Any] | str:
+        """Call ``tool`` of the declared MCP ``server`` as a backend: its structured result (else its text).
+
+        With ``result_model`` the structured result comes back validated by it. Raises
+        ``picoflow.mcp.MCPUnavailableError`` when the tool answers with an error, the server cannot be reached or
+        does not answer within its timeout and the turn's deadline, or the result does not fit ``result_model``;
+        uncaught, the turn fails as retryable with the session unchanged.
+        """
+        result = await call_tool(self.mcp_server(server), tool, arguments)
+        return result.value() if result_model is None else result.parse(result_model)
 
     # -- session ------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from picoflow.wire import PLAIN_TEXT
 if TYPE_CHECKING:
     from langchain_core.messages import AIMessage
 
+    from picoflow.mcp import MCPTools
     from picoflow.parallel import (
         CancellationSignal,
         Checkpoint,
@@ -126,6 +127,14 @@ class Step:
         (``invalid.default_feedback()``: the tool, each problem and a request to call it again).
         """
         return None
+
+    def use_mcp_tools(self) -> list[MCPTools]:
+        """Tools of the flow's MCP servers this step offers the model, named per server (an allowlist).
+
+        E.g. ``[MCPTools(server="hotel", tools=("search_hotels",))]``. A ``@tool`` handler of the same name
+        receives the server's ``MCPToolResult`` instead of the model reading it.
+        """
+        return []
 
     async def on_start(self) -> BaseMessage | None:
         """Runs once, for the initial step of a new session."""
@@ -336,7 +345,9 @@ class Step:
         for name in exposed_order(type(self)):
             if name not in names:
                 names.append(name)
-        return names
+        # MCP tools are described by their servers, not by the flow's registry: they are offered separately.
+        mcp_names = {name for offer in self.use_mcp_tools() for name in offer.tools}
+        return [name for name in names if name not in mcp_names] if mcp_names else names
 
     def _tool_handler(self, name: str) -> Any:
         """The bound handler for one tool: decorated first, then a same-named method, else None."""

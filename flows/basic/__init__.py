@@ -9,6 +9,7 @@ The flow is defined here, in the package module, so ``PICOFLOW_FLOWS=flows.basic
 
 from __future__ import annotations
 
+from flows.basic.city_weather import SERVER as WEATHER_SERVER
 from flows.basic.concurrent import ConcurStep1, ConcurStep2, ConcurStep3, ConcurStep4
 from flows.basic.favorites import FavoritesStep
 from flows.basic.in_context import InContextStep
@@ -16,7 +17,9 @@ from flows.basic.logic import FooLogicStep, GooLogicStep
 from flows.basic.president import PresidentStep
 from flows.basic.profile import AddressStep, DOBStep, NameStep
 from flows.basic.weather import WeatherStep
+from flows.servers import server_from_env
 from picoflow import Flow, ModelSelection, SessionDoc, Step, TerminateSessionStep
+from picoflow.mcp import MCPServerSpec
 
 # Matches the original's default session expiry of 600 seconds.
 IDLE_EXPIRY_MS = 600_000
@@ -29,6 +32,10 @@ class BasicFlow(Flow):
 
     def config_model(self) -> ModelSelection:
         return ModelSelection(provider="openai", name="gpt-4o-mini", params={"temperature": 0.2}, retry_attempts=3)
+
+    def define_mcp_servers(self) -> list[MCPServerSpec]:
+        # WEATHER_MCP_URL (streamable HTTP), else WEATHER_MCP_COMMAND (stdio), else the bundled server over stdio.
+        return [server_from_env(WEATHER_SERVER, "WEATHER_MCP", "flows.basic.weather_mcp_server", timeout=10.0)]
 
     def define_steps(self) -> list[Step]:
         # Reasoning models get their own params: the flow's temperature is not inherited by another model.

@@ -10,6 +10,7 @@ from flows.basic.city_weather import SUPPORTED_CITIES, fetch_temperatures, norma
 from flows.basic.common import ROLE, ExitOnRequest
 from flows.basic.logic import FooLogicStep
 from picoflow import Step, Transition, go, stay, tool, tools
+from picoflow.mcp import MCPUnavailableError
 from picoflow.prompts import prompt
 
 
@@ -28,7 +29,7 @@ class WeatherStep(ExitOnRequest, Step):
     @tool
     async def get_weather(self, args: WeatherArgs) -> Transition:
         """Look up the temperature of one supported city. Call it once per city the user names."""
-        return self._look_up([args.city])
+        return await self._look_up([args.city])
 
     @tools(["get_weather"])
     async def get_weather_batch(self, calls: list[dict[str, Any]]) -> Transition:
@@ -37,9 +38,9 @@ class WeatherStep(ExitOnRequest, Step):
         cities = [call["args"]["city"] for call in calls]
         if not all(city.strip() for city in cities):
             return stay("Every get_weather call needs a city. Ask the user for LA or NYC.")
-        return self._look_up(cities)
+        return await self._look_up(cities)
 
-    def _look_up(self, typed: list[str]) -> Transition:
+    async def _look_up(self, typed: list[str]) -> Transition:
         cities = [normalize_city(name) for name in typed]
         unsupported = [name for name, city in zip(typed, cities, strict=True) if city not in SUPPORTED_CITIES]
         if unsupported:
@@ -50,7 +51,11 @@ class WeatherStep(ExitOnRequest, Step):
         if len(set(cities)) != len(cities):
             return stay("Each city may be looked up only once per reply. Ask the user for the missing city.")
         # One backend request for the whole batch, however many tool calls the model made.
-        for reading in fetch_temperatures(cities):
+        try:
+            readings = await fetch_temperatures(self.flow, cities)
+        except MCPUnavailableError:
+            return stay("The weather service is unavailable right now. Ask the user to try again in a moment.")
+        for reading in readings:
             if reading.temperature is None:
                 return stay(f"No temperature is available for {reading.city}. Ask the user for LA or NYC.")
             self.save_state({f"city_{reading.city}": reading.temperature})

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from flows.hotel.contract import SERVER
 from flows.hotel.steps import CompareStep, ExploreStep, PresentStep
+from flows.servers import server_from_env
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
+from picoflow.mcp import MCPServerSpec
 
 MODEL = ModelSelection(provider="openai", name="gpt-4o")
+#: Seconds the hotel search may take, connecting included (a bundled stdio server starts within it).
+SEARCH_TIMEOUT_SECONDS = 10.0
 
 
 class HotelFlow(Flow):
@@ -20,6 +25,10 @@ class HotelFlow(Flow):
 
     def config_model(self) -> ModelSelection:
         return MODEL
+
+    def define_mcp_servers(self) -> list[MCPServerSpec]:
+        # HOTEL_MCP_URL (streamable HTTP), else HOTEL_MCP_COMMAND (stdio), else the bundled server over stdio.
+        return [server_from_env(SERVER, "HOTEL_MCP", "flows.hotel.mcp_server", timeout=SEARCH_TIMEOUT_SECONDS)]
 
     def define_steps(self) -> list[Step]:
         # ExploreStep comes first, so it is where a new session starts.

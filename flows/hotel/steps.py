@@ -11,12 +11,16 @@ from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, Field
 
 from flows.hotel import catalog, chart
-from picoflow import HumanMessageEx, Step, TerminateSessionStep, Transition, direct, direct_to, go, stay, tool
+from flows.hotel.contract import SERVER, TOOL, Budget, MaxDistanceMiles, SearchHotelsRequest, SearchHotelsResult
+from flows.hotel.pricing import stay_nights
+from picoflow import Flow, HumanMessageEx, Step, TerminateSessionStep, Transition, direct, direct_to, go, stay, tool
+from picoflow.mcp import MCPUnavailableError
 from picoflow.prompts import prompt
 
 Amenity = Literal[catalog.AMENITIES]  # type: ignore[valid-type]
 RoomType = Literal[catalog.ROOM_TYPES]  # type: ignore[valid-type]
 PICK_TWO = "Ask the user for at least two different hotels from the list to compare."
+UNAVAILABLE = "The hotel search service is unavailable right now. Ask the user to try the search again in a moment."
 
 
 class SearchCriteria(BaseModel):
@@ -50,10 +54,33 @@ class NoArgs(BaseModel):
     pass
 
 
+async def search(flow: Flow, criteria: dict[str, Any]) -> list[dict[str, Any]]:
+    """Priced matches from the hotel-pricing MCP server, as ``{"hotel", "nights", "prices", "total"}`` entries."""
+    request = SearchHotelsRequest(
+        startDate=criteria["start"],
+        endDate=criteria["end"],
+        amenities=criteria.get("amenities") or [],
+        roomTypes=[criteria["room_type"]],
+        budget=Budget(min=criteria.get("min_price"), max=criteria.get("max_price")),
+        maxDistanceMiles=MaxDistanceMiles(
+            airport=criteria.get("max_airport_miles"), cityCenter=criteria.get("max_city_center_miles")
+        ),
+    )
+    result = await flow.call_mcp_tool(SERVER, TOOL, request, result_model=SearchHotelsResult)
+    nights = [night.isoformat() for night in stay_nights(date.fromisoformat(request.startDate),
+                                                          date.fromisoformat(request.endDate))]
+    return [
+        {"hotel": hotel.hotelName, "nights": nights, "prices": hotel.prices, "total": hotel.total}
+        for hotel in result.hotels
+    ]
+
+
 class HotelStep(Step):
     """A conversational stage: the shared persona, its own prompt file, and a way out."""
 
     prompt_file = ""
+    #: Whether the prompt and tools read the search results (which a resumed session must fetch again).
+    shows_results = False
 
     def prompt_values(self) -> dict[str, Any]:
         return {}
@@ -67,13 +94,14 @@ class HotelStep(Step):
         return HumanMessageEx(target.id, str(text))
 
     def results(self) -> list[dict[str, Any]]:
-        """The current search results: handed over by ExploreStep this request, else rebuilt from its criteria."""
-        present = self.flow.require_step(PresentStep)
-        found = present.get_transient_state("hotels")
-        if found is None:
-            found = catalog.search(self.flow.get_step_state(ExploreStep, "criteria") or {})
-            present.save_transient_state({"hotels": found})
-        return found
+        """The current search results: handed over by ExploreStep, or searched again when the session resumed."""
+        return self.flow.require_step(PresentStep).get_transient_state("hotels") or []
+
+    async def on_restore(self) -> None:
+        # Results are derived from the criteria and never persisted: a resumed session searches again.
+        criteria = self.flow.get_step_state(ExploreStep, "criteria")
+        if self.shows_results and criteria:
+            self.flow.save_transient_step_state(PresentStep, {"hotels": await search(self.flow, criteria)})
 
     def numbered(self, with_totals: bool) -> str:
         return "\n".join(
@@ -116,7 +144,10 @@ class ExploreStep(HotelStep):
             return stay(problem)
         criteria = args.criteria.model_dump(mode="json")
         self.save_state({"criteria": criteria})
-        found = catalog.search(criteria)
+        try:
+            found = await search(self.flow, criteria)
+        except MCPUnavailableError:
+            return stay(UNAVAILABLE)
         if not found:
             return stay("No hotel matches these criteria. Ask the user which criterion to relax.")
         # Results are derived from the criteria: hand them over for this request only, never persist them.
@@ -128,6 +159,7 @@ class PresentStep(HotelStep):
     """Lists the priced results and routes to booking, a new search, or a comparison."""
 
     prompt_file = "present.md"
+    shows_results = True
 
     async def on_enter(self) -> None:
         # Each visit presents from state; an earlier visit's list would only mislead the model.
@@ -178,6 +210,7 @@ class CompareStep(HotelStep):
     """Renders comparison tables in code and returns them verbatim, with no second model call."""
 
     prompt_file = "compare.md"
+    shows_results = True
 
     async def on_enter(self) -> None:
         self.erase_memory()

@@ -14,6 +14,7 @@ from picoflow.compaction import summary_system_message
 from picoflow.errors import ModelUnavailableError, ParallelCancelledError, PicoFlowError
 from picoflow.execution import cancellation_signal
 from picoflow.flow import Flow
+from picoflow.mcp import offered_tools
 from picoflow.messages import EMPTY_RESPONSE_NUDGE, HumanMessageEx, as_text, content_text
 from picoflow.models.context import call_deadline, model_call_for
 from picoflow.models.selection import ModelSelection
@@ -154,10 +155,12 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
     model = runtime.providers.chat_model(selection)
     specs = [flow._require_tool(name) for name in step._exposed_tool_names()]
     schema = step.struct_output_schema()
+    # Tools offered from MCP servers come with their servers' schemas (listed when first needed).
+    offered = [] if schema is not None else [tool.as_model_tool() for tool in (await offered_tools(step)).values()]
     if schema is not None:
         runnable = model.with_structured_output(schema, include_raw=True)
-    elif specs:
-        runnable = model.bind_tools([spec.as_model_tool() for spec in specs])
+    elif specs or offered:
+        runnable = model.bind_tools([spec.as_model_tool() for spec in specs] + offered)
     else:
         runnable = model
     signal = cancellation_signal(flow)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from picoflow.errors import PicoFlowError
 from picoflow.flow import Flow
+from picoflow.mcp import OfferedTool, offered_tools, run_offered
 from picoflow.messages import ToolMessageEx
 from picoflow.step import Step
 from picoflow.tools import InvalidToolArguments, argument_model, handling, takes_no_arguments
@@ -95,8 +96,12 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
         return outcome
 
     exposed = set(step._exposed_tool_names())
+    offered = await offered_tools(step)
     for call in calls:
         name = call["name"]
+        if name in offered:
+            await _dispatch_offered(flow, step, call, offered[name], outcome)
+            continue
         if name not in exposed:
             flow.logger.warn(f"hallucinated tool: {name}", step=step.id)
             outcome.messages.append(
@@ -126,6 +131,33 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
         if transition.message is not None:
             outcome.extra, outcome.finish = transition.message, transition.finish
     return outcome
+
+
+async def _dispatch_offered(flow: Flow, step: Step, call: dict[str, Any], tool: OfferedTool,
+                            outcome: _ToolOutcome) -> None:
+    """An MCP tool the step offers: the server answers, and a same-named handler of the step gets its result."""
+    ran = await run_offered(tool, call.get("args") or {})
+    handler = step._tool_handler(call["name"]) if ran.result is not None else None
+    if handler is None:
+        if ran.result is not None and not ran.result.ok:
+            flow.logger.warn("MCP tool unavailable", step=step.id, server=tool.spec.name, tool=tool.name,
+                             reason=ran.result.error.reason)
+        outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
+        return
+    returned = await _call_handler(step, handler, ran.result, call)
+    if isinstance(returned, DirectResult):
+        outcome.result = _worker_result(flow, step, returned)
+        outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
+        return
+    transition = _handler_route(step, handler, returned)
+    if transition is None:
+        # The handler only looked: the model reads the server's result (or the fixed sentence on a failure).
+        outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
+        return
+    await apply_transition(flow, transition)
+    outcome.messages.append(_tool_message(step, call, transition.tool or ran.content))
+    if transition.message is not None:
+        outcome.extra, outcome.finish = transition.message, transition.finish
 
 
 def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult:

@@ -1,0 +1,60 @@
+"""The city-temperature MCP server: ``get_city_temperatures`` for LA and NYC.
+
+``python -m flows.basic.weather_mcp_server`` serves it over stdio; ``--http --port N`` over streamable HTTP at
+``/mcp``. The SDK's server side is imported only by :func:`build_server` (flow discovery imports this module).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pydantic import BaseModel
+
+TOOL = "get_city_temperatures"
+_TEMPERATURES = {"LA": 72, "NYC": 83}
+
+
+class CityReading(BaseModel):
+    city: str
+    #: None when the service does not know the city.
+    temperature: int | None
+
+
+class Temperatures(BaseModel):
+    temperatures: list[CityReading]
+
+
+def get_city_temperatures(cities: list[str]) -> Temperatures:
+    """Temperatures in degrees Fahrenheit for city abbreviations: LA and NYC are known, any other city is null."""
+    return Temperatures(
+        temperatures=[CityReading(city=city, temperature=_TEMPERATURES.get(city.strip().upper())) for city in cities]
+    )
+
+
+def build_server() -> Any:
+    """The SDK's ``MCPServer`` with the ``get_city_temperatures`` tool."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import ToolAnnotations
+
+    server = MCPServer("city-temperature", version="1.0.0")
+    server.add_tool(get_city_temperatures, name=TOOL, annotations=ToolAnnotations(readOnlyHint=True))
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve over stdio, or over streamable HTTP with ``--http``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8766)
+    options = parser.parse_args(argv)
+    server = build_server()
+    if options.http:
+        server.run("streamable-http", host=options.host, port=options.port)
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The hotel-pricing MCP server: ``search_hotels`` over the bundled Portland catalog.
+
+``python -m flows.hotel.mcp_server`` serves it over stdio; ``--http --port N`` over streamable HTTP at ``/mcp``.
+The SDK's server side is imported only by :func:`build_server`: the function imports every module under
+``flows/`` when it discovers flows, and must not pay for a server it never runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from flows.hotel import catalog
+from flows.hotel.contract import TOOL, Budget, HotelPrice, MaxDistanceMiles, SearchHotelsResult
+
+
+def search_hotels(
+    startDate: str,
+    endDate: str,
+    amenities: list[str],
+    roomTypes: list[str],
+    budget: Budget,
+    maxDistanceMiles: MaxDistanceMiles,
+) -> SearchHotelsResult:
+    """Search the Portland hotel catalog and price every night of the stay, cheapest total first."""
+    unknown = [room for room in roomTypes if room not in catalog.ROOM_TYPES]
+    if unknown:
+        raise ValueError(f"Unknown room type(s): {', '.join(unknown)}; use {', '.join(catalog.ROOM_TYPES)}.")
+    criteria = {
+        "start": startDate,
+        "end": endDate,
+        "room_type": roomTypes[0] if roomTypes else catalog.ROOM_TYPES[0],
+        "amenities": amenities,
+        "min_price": budget.min,
+        "max_price": budget.max,
+        "max_airport_miles": maxDistanceMiles.airport,
+        "max_city_center_miles": maxDistanceMiles.cityCenter,
+    }
+    found = [
+        entry for entry in catalog.search(criteria)
+        if all(room in catalog.hotel(entry["hotel"])["roomType"] for room in roomTypes)
+    ]
+    return SearchHotelsResult(
+        hotels=[HotelPrice(hotelName=e["hotel"], prices=e["prices"], total=e["total"]) for e in found]
+    )
+
+
+def build_server() -> Any:
+    """The SDK's ``MCPServer`` with the ``search_hotels`` tool."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import ToolAnnotations
+
+    server = MCPServer("hotel-pricing", version="1.0.0")
+    server.add_tool(search_hotels, name=TOOL, annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True))
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve over stdio, or over streamable HTTP with ``--http``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    options = parser.parse_args(argv)
+    server = build_server()
+    if options.http:
+        server.run("streamable-http", host=options.host, port=options.port)
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""Where the example flows find their MCP servers: a URL, else a command, else the server bundled with the flow."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from picoflow.mcp import MCPServerSpec
+
+#: The directory holding ``flows/`` (the repository, or the Lambda function's code): a bundled server imports from it.
+APP_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def server_from_env(name: str, prefix: str, bundled_module: str, *, timeout: float) -> MCPServerSpec:
+    """``{prefix}_URL`` (streamable HTTP, with ``{prefix}_AUTHORIZATION`` as its Authorization header), else
+    ``{prefix}_COMMAND`` (stdio), else ``python -m bundled_module`` over stdio."""
+    url = os.environ.get(f"{prefix}_URL")
+    if url:
+        return MCPServerSpec.http(
+            name, url, headers_from_env={"Authorization": f"{prefix}_AUTHORIZATION"}, timeout=timeout
+        )
+    command = shlex.split(os.environ.get(f"{prefix}_COMMAND") or "")
+    if not command:
+        command = [sys.executable, "-m", bundled_module]
+    # The SDK starts servers with a minimal environment: the path lets a Python server import the application.
+    return MCPServerSpec.stdio(
+        name, command[0], command[1:], env={"PYTHONPATH": APP_ROOT}, cwd=APP_ROOT, timeout=timeout
+    )

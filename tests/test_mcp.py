@@ -1,0 +1,261 @@
+"""Tools from MCP servers, against real servers in separate processes over streamable HTTP and stdio.
+
+Each test runs McpFlow (``tests/support/mcp_flow.py``) on a scripted model; its server is the test server
+(``tests/support/mcp_test_server.py``), started by the test as its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from picoflow import FlowEngine, MemorySessionStore
+from picoflow.errors import PUBLIC_MESSAGES, RETRY_AFTER_SECONDS
+from picoflow.mcp import UNAVAILABLE_TOOL_FEEDBACK, MCPServerSpec, MCPTools, call_tool, close_sessions, offered_tools
+from picoflow.models.scripted import ScriptedProvider
+from tests.support.mcp_flow import McpFlow, server_spec
+from tests.support.mcp_servers import HttpServer, free_port
+from tests.support.mcp_test_server import SECRET
+
+TRANSPORTS = ["http", "stdio"]
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+    server = HttpServer("tests.support.mcp_test_server", tmp_path_factory.mktemp("mcp") / "server.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest, http_server: HttpServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    """McpFlow's server over each transport: the module's HTTP server, or a stdio server the flow starts."""
+    monkeypatch.delenv("MCP_TEST_COMMAND", raising=False)
+    if request.param == "http":
+        monkeypatch.setenv("MCP_TEST_URL", http_server.url)
+    else:
+        monkeypatch.delenv("MCP_TEST_URL", raising=False)
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+async def sessions_closed() -> Any:
+    yield
+    await close_sessions()
+
+
+def call(name: str, args: dict[str, Any], call_id: str = "c1") -> dict[str, Any]:
+    return {"content": "", "tool_calls": [{"name": name, "args": args, "id": call_id}]}
+
+
+def engine(script: list[dict[str, Any]]) -> tuple[FlowEngine, ScriptedProvider]:
+    provider = ScriptedProvider(script)
+    return FlowEngine(flows=[McpFlow], session_store=MemorySessionStore(), providers=[provider]), provider
+
+
+async def stored(engine_: FlowEngine, session: str) -> dict[str, Any]:
+    return (await engine_.session_store.load(session)).to_json_dict()
+
+
+# -- offering and calling ----------------------------------------------------------------------------------
+
+
+async def test_a_step_offers_its_allowlist_with_the_servers_schemas(transport: str) -> None:
+    flow = McpFlow()
+    flow._collect_steps()
+    offered = await offered_tools(flow.get_step("OfferStep"))
+    assert sorted(offered) == ["add", "big", "fail", "slow"]
+    described = offered["add"].as_model_tool()["function"]
+    assert described["description"] == "Add two integers."
+    assert described["parameters"]["properties"] == {
+        "a": {"title": "A", "type": "integer"},
+        "b": {"title": "B", "type": "integer"},
+    }
+    assert described["parameters"]["required"] == ["a", "b"]
+
+    run, provider = engine([call("add", {"a": 2, "b": 3}), {"content": "the sum is 5"}])
+    response = await run.run("McpFlow", "add 2 and 3", config={"start": "OfferStep"})
+    assert response.success, response
+    assert response.message == "the sum is 5"
+    assert sorted(provider.tools[0]) == ["add", "big", "fail", "slow"], "only the allowlist reaches the model"
+    result = provider.calls[1][-1]
+    assert result.type == "tool" and json.loads(result.content)["total"] == 5
+
+
+async def test_a_tool_outside_the_allowlist_is_never_called(transport: str) -> None:
+    run, provider = engine([call("hidden", {}), {"content": "ok"}])
+    response = await run.run("McpFlow", "call the hidden tool", config={"start": "OfferStep"})
+    assert response.success
+    assert "hallucinates" in provider.calls[1][-1].content
+    counts = (await call_tool(server_spec(), "calls")).structured["counts"]
+    assert "hidden" not in counts
+
+
+async def test_arguments_that_do_not_fit_the_servers_schema_go_back_to_the_model(transport: str) -> None:
+    run, provider = engine([call("add", {"a": "two", "b": 3}), {"content": "sorry"}])
+    response = await run.run("McpFlow", "add", config={"start": "OfferStep"})
+    assert response.success
+    feedback = provider.calls[1][-1].content
+    assert feedback.startswith("Invalid arguments for tool 'add': a:") and "Call the tool again" in feedback
+
+
+async def test_a_handler_calls_a_tool_as_a_backend_and_gets_the_validated_result(transport: str) -> None:
+    run, _ = engine([call("sum_numbers", {"a": 20, "b": 22})])
+    response = await run.run("McpFlow", "add")
+    assert response.success and response.message.startswith("backend total 42 from ")
+    assert (await stored(run, response.session))["flow"]["steps"][0]["state"]["total"] == 42
+
+
+async def test_a_step_handler_receives_the_servers_result(transport: str) -> None:
+    run, provider = engine([call("add", {"a": 1, "b": 2})])
+    response = await run.run("McpFlow", "add", config={"start": "HandledStep"})
+    assert response.success and response.message == "handled total 3"
+
+    run, provider = engine([call("fail", {"reason": "x"}), {"content": "it failed"}])
+    response = await run.run("McpFlow", "fail", config={"start": "HandledStep"})
+    assert response.success and response.message == "it failed"
+    assert provider.calls[1][-1].content == "handled failure"
+
+
+async def test_a_result_larger_than_the_cap_is_cut_with_a_marker(transport: str) -> None:
+    run, provider = engine([call("big", {"chars": 5000}), {"content": "long"}])
+    response = await run.run("McpFlow", "big", config={"start": "OfferStep"})
+    assert response.success
+    content = provider.calls[1][-1].content
+    assert content == "x" * 200 + "\n[result cut: 200 of 5000 characters shown]"
+    assert "x" * 201 not in json.dumps(await stored(run, response.session))
+
+
+# -- failures ------------------------------------------------------------------------------------------------
+
+
+def assert_unavailable(response: Any, before: dict[str, Any], after: dict[str, Any], caplog: Any) -> None:
+    assert not response.success
+    assert (response.status_code, response.error_code) == (503, "MCP_UNAVAILABLE")
+    assert response.retry_after == RETRY_AFTER_SECONDS["MCP_UNAVAILABLE"]
+    assert response.message == PUBLIC_MESSAGES["MCP_UNAVAILABLE"]
+    assert after == before, "a transient failure leaves the session unchanged"
+    body = json.dumps(response.envelope())
+    for text in ("SECRET", "internal.example", "127.0.0.1", "mcp_test_server"):
+        assert text not in body
+    assert "SECRET" not in json.dumps(response.model_dump()), "not even the logged detail quotes the server"
+    for record in caplog.records:
+        assert "SECRET" not in record.getMessage() and "internal.example" not in record.getMessage()
+
+
+async def opened(run: FlowEngine) -> tuple[str, dict[str, Any]]:
+    first = await run.run("McpFlow", "hello")
+    assert first.success, first
+    return first.session, await stored(run, first.session)
+
+
+@pytest.mark.parametrize("tool_name", ["broken", "sluggish"])
+async def test_a_failing_or_slow_server_fails_the_turn_as_retryable_and_keeps_the_session(
+    transport: str, tool_name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("MCP_TEST_TIMEOUT", "1.5")
+    run, _ = engine([{"content": "hi"}, call(tool_name, {"a": 5, "b": 0})])
+    session, before = await opened(run)
+    response = await run.run("McpFlow", "go", session)
+    assert_unavailable(response, before, await stored(run, session), caplog)
+
+
+@pytest.mark.parametrize("where", TRANSPORTS)
+async def test_a_server_that_is_down_fails_the_turn_as_retryable(
+    where: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    if where == "http":
+        monkeypatch.setenv("MCP_TEST_URL", f"http://127.0.0.1:{free_port()}/mcp")
+    else:
+        monkeypatch.delenv("MCP_TEST_URL", raising=False)
+        monkeypatch.setenv("MCP_TEST_COMMAND", f"{sys.executable} -c 'raise SystemExit(3)'")
+    run, _ = engine([{"content": "hi"}, call("sum_numbers", {"a": 1, "b": 1})])
+    session, before = await opened(run)
+    response = await run.run("McpFlow", "go", session)
+    assert_unavailable(response, before, await stored(run, session), caplog)
+
+
+async def test_a_handler_catches_the_failure_and_stays(transport: str) -> None:
+    run, provider = engine([call("guarded", {"a": 1, "b": 1}), {"content": "please retry later"}])
+    response = await run.run("McpFlow", "go")
+    assert response.success and response.message == "please retry later"
+    assert provider.calls[1][-1].content == "the service is unavailable, ask the user to retry"
+
+
+async def test_a_failing_offered_tool_answers_the_model_with_a_fixed_sentence(transport: str) -> None:
+    run, provider = engine([call("fail", {"reason": "x"}), {"content": "unavailable"}])
+    response = await run.run("McpFlow", "fail", config={"start": "OfferStep"})
+    assert response.success
+    assert provider.calls[1][-1].content == UNAVAILABLE_TOOL_FEEDBACK
+    assert SECRET not in json.dumps(await stored(run, response.session))
+
+
+# -- sessions ------------------------------------------------------------------------------------------------
+
+
+def pid_of(message: str) -> int:
+    return int(message.rsplit(" ", 1)[1])
+
+
+async def test_a_server_restarted_between_turns_is_reconnected_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="picoflow")
+    for where in TRANSPORTS:
+        caplog.clear()
+        server = None
+        if where == "http":
+            server = HttpServer("tests.support.mcp_test_server", tmp_path / "restart.log").start()
+            monkeypatch.setenv("MCP_TEST_URL", server.url)
+        else:
+            monkeypatch.delenv("MCP_TEST_URL", raising=False)
+        try:
+            script = [call("sum_numbers", {"a": 1, "b": 1}, f"c{n}") for n in range(3)]
+            run, _ = engine(script)
+            first = await run.run("McpFlow", "one")
+            assert first.success, first
+            pid = pid_of(first.message)
+            opened_before = [r for r in caplog.records if r.getMessage() == "MCP session opened"]
+            assert len(opened_before) == 1
+            second = await run.run("McpFlow", "two", first.session)
+            assert pid_of(second.message) == pid, "a warm session is reused across turns"
+            if server is not None:
+                server.stop()
+                server.start()
+            else:
+                os.kill(pid, signal.SIGKILL)
+            third = await run.run("McpFlow", "three", first.session)
+            assert third.success, third
+            assert pid_of(third.message) != pid
+            opened_after = [r for r in caplog.records if r.getMessage() == "MCP session opened"]
+            stale = [r for r in caplog.records if r.getMessage() == "MCP session went stale; reconnecting once"]
+            if where == "stdio":
+                assert len(stale) == 1 and len(opened_after) == 2
+            else:
+                # Streamable HTTP keeps no connection state the restart could break, or reconnects once.
+                assert len(stale) <= 1 and len(opened_after) <= 2
+        finally:
+            await close_sessions()
+            if server is not None:
+                server.stop()
+
+
+def test_declarations_refuse_an_ambiguous_transport_and_an_empty_offer() -> None:
+    with pytest.raises(ValueError, match="exactly one of url"):
+        MCPServerSpec(name="x")
+    with pytest.raises(ValueError, match="exactly one of url"):
+        MCPServerSpec(name="x", url="http://a", command="b")
+    with pytest.raises(ValueError, match="all_tools=True"):
+        MCPTools(server="x")
+    monkey = MCPServerSpec.http("x", "http://a", headers_from_env={"Authorization": "PICOFLOW_TEST_TOKEN"})
+    os.environ.pop("PICOFLOW_TEST_TOKEN", None)
+    assert monkey.resolved_headers() == {}
