@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from datetime import date
 from itertools import accumulate
@@ -13,7 +14,7 @@ import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
 import handlers.api as api
-from flows.hotel import HotelFlow, catalog, chart
+from flows.hotel import HotelFlow, booking, catalog, chart, contract
 from flows.hotel.pricing import holidays, nightly_price, quote
 from flows.hotel.steps import ExploreStep
 from picoflow import FlowEngine, MemorySessionStore
@@ -23,6 +24,7 @@ from picoflow.compaction import SUMMARY_MESSAGE_PREFIX
 from picoflow.messages import message_step
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
+from tests.support.mcp_servers import HttpServer
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
@@ -109,30 +111,30 @@ def test_search_applies_budget_and_distance_limits() -> None:
 
 
 def test_date_rules() -> None:
-    assert catalog.date_problem("2026-07-01", "2026-07-06", TODAY) is None
-    assert "YYYY-MM-DD" in catalog.date_problem("07/01/2026", "2026-07-06", TODAY)
-    assert "YYYY-MM-DD" in catalog.date_problem("2026-02-30", "2026-03-02", TODAY)
-    assert "after today (2026-03-22)" in catalog.date_problem("2026-03-22", "2026-03-25", TODAY)
-    assert "after the check-in" in catalog.date_problem("2026-07-06", "2026-07-01", TODAY)
-    assert "30 nights" in catalog.date_problem("2026-07-01", "2026-08-15", TODAY)
+    assert booking.date_problem("2026-07-01", "2026-07-06", TODAY) is None
+    assert "YYYY-MM-DD" in booking.date_problem("07/01/2026", "2026-07-06", TODAY)
+    assert "YYYY-MM-DD" in booking.date_problem("2026-02-30", "2026-03-02", TODAY)
+    assert "after today (2026-03-22)" in booking.date_problem("2026-03-22", "2026-03-25", TODAY)
+    assert "after the check-in" in booking.date_problem("2026-07-06", "2026-07-01", TODAY)
+    assert "30 nights" in booking.date_problem("2026-07-01", "2026-08-15", TODAY)
 
 
 def test_pick_resolves_numbers_and_names_and_refuses_the_rest() -> None:
     found = catalog.search({**SUITES, "room_type": "two beds"})
-    assert [e["hotel"] for e in catalog.pick(found, ["9", "#2", "tru by hilton aloha beaverton"])] == [
+    assert [e["hotel"] for e in booking.pick(found, ["9", "#2", "tru by hilton aloha beaverton"])] == [
         "Hampton Inn Portland-Airport",
         "Hampton Inn Sherwood Portland",
         "Tru by Hilton Aloha Beaverton",
     ]
     for refs in (["10"], ["0"], ["The Ritz"], ["2", "Hampton Inn Sherwood Portland"], []):
-        assert catalog.pick(found, refs) is None
+        assert booking.pick(found, refs) is None
 
 
 def test_confirmation_number_is_stable_per_session_and_hotel() -> None:
-    number = catalog.confirmation_number("session-1", "Hampton Inn Portland-Airport")
+    number = booking.confirmation_number("session-1", "Hampton Inn Portland-Airport")
     assert len(number) == 6 and number.isdigit()
-    assert number == catalog.confirmation_number("session-1", "Hampton Inn Portland-Airport")
-    assert number != catalog.confirmation_number("session-2", "Hampton Inn Portland-Airport")
+    assert number == booking.confirmation_number("session-1", "Hampton Inn Portland-Airport")
+    assert number != booking.confirmation_number("session-2", "Hampton Inn Portland-Airport")
 
 
 def test_table_pads_each_column_to_its_own_width() -> None:
@@ -143,6 +145,56 @@ def test_table_pads_each_column_to_its_own_width() -> None:
         "| x       | 1   | 2           |",
         "| yy      | 333 | 4           |",
     ]
+
+
+def _entry(name: str, **details: Any) -> dict[str, Any]:
+    return {"hotel": name, "nights": ["2026-07-01"], "prices": [100.0], "total": 100.0,
+            "amenities": None, "room_types": None, "distance": None, **details}
+
+
+def test_comparisons_mark_what_a_server_did_not_report() -> None:
+    criteria = {**SUITES, "max_airport_miles": 10, "max_city_center_miles": None}
+    known = _entry("Known", amenities=["freeWiFi", "freeParking", "indoorPool"], room_types=["one bed", "suite"],
+                   distance={"airport": 9.5, "cityCenter": 2.0})
+    bare = _entry("Bare")
+    amenities = chart.comparison("amenities", [known, bare], criteria)
+    assert amenities.splitlines()[2:5] == [
+        "| freeParking | ✅     | ✅    |",
+        "| freeWiFi    | ✅     | ✅    |",
+        "| indoorPool  | ✅     | n/a  |",
+    ]
+    assert amenities.endswith("did not report the amenities of Bare: only what the search asked for is known.")
+    rooms = chart.comparison("room type", [known, bare], criteria).splitlines()
+    assert rooms[2:5] == [
+        "| one bed  | ✅     | n/a  |",
+        "| two beds | ❌     | n/a  |",
+        "| suite    | ✅     | ✅    |",
+    ]
+    distance = chart.comparison("distance", [known, bare], criteria).splitlines()
+    assert distance[2:4] == ["| Airport     | 9.5 mi | within 10 mi |", "| City center | 2 mi   | n/a          |"]
+    # Nothing asked for and nothing reported: said in words rather than an empty table.
+    nothing = chart.comparison("amenities", [bare, _entry("Also bare")], {**criteria, "amenities": []})
+    assert nothing == "The hotel search service does not report the amenities of these hotels."
+    assert "did not report" not in chart.comparison("price", [known, bare], criteria)
+
+
+def test_the_catalog_speaks_the_contracts_vocabulary() -> None:
+    """HotelFlow offers the model the contract's amenities: each is one some bundled hotel has."""
+    assert {name for hotel in catalog.hotels() for name in hotel["amenities"]} == set(contract.AMENITIES)
+    assert {room for hotel in catalog.hotels() for room in hotel["roomType"]} == set(contract.ROOM_TYPES)
+
+
+def test_hotelflow_knows_hotels_only_through_the_search_contract() -> None:
+    """The flow's modules never read the bundled server's catalog or pricing, so any server will do."""
+    import ast
+
+    server_side = {"flows.hotel.catalog", "flows.hotel.pricing", "flows.hotel.mcp_server"}
+    for module in ("flow", "steps", "chart", "booking", "contract"):
+        tree = ast.parse((Path(catalog.__file__).parent / f"{module}.py").read_text(encoding="utf-8"))
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                     for alias in node.names}
+        assert not imported & server_side, module
 
 
 def test_current_date_comes_from_config_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -290,16 +342,24 @@ class Turn:
         return self.doc.flow.memory[namespace].messages
 
 
-@pytest.fixture
-def turns(moto_dynamodb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Turn]]:
+def converse(
+    table: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replies: list[dict[str, Any]], **env: str
+) -> tuple[list[Turn], aws_runtime.Runtime]:
+    """The bundled conversation's turns through the Lambda handler, the model answering ``replies``.
+
+    ``env`` adds to the environment (e.g. where HotelFlow's search server is); the caller stops the runtime.
+    """
     script = tmp_path / "hotel-script.json"
-    script.write_text(json.dumps([reply for turn in CONVERSATION["turns"] for reply in turn["replies"]]))
+    script.write_text(json.dumps(replies))
     monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
-    monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
+    monkeypatch.setenv("SESSION_TABLE", table.name)
     monkeypatch.setenv("PICOFLOW_FLOWS", "flows.hotel")
     monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
-    for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL", "HOTEL_FLOW_CURRENT_DATE"):
+    for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL", "HOTEL_FLOW_CURRENT_DATE",
+                 "HOTEL_MCP_URL", "HOTEL_MCP_COMMAND"):
         monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setattr(aws_runtime, "_runtime", None)
     runtime = aws_runtime.get_runtime()
     provider = runtime.engine.providers.override
@@ -313,6 +373,16 @@ def turns(moto_dynamodb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         session = payload["session"]
         doc = runtime.call(runtime.engine.session_store.load(session))
         results.append(Turn(result["statusCode"], payload, doc, list(provider.calls)))
+    return results, runtime
+
+
+def scripted_replies() -> list[dict[str, Any]]:
+    return [reply for turn in CONVERSATION["turns"] for reply in turn["replies"]]
+
+
+@pytest.fixture
+def turns(moto_dynamodb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Turn]]:
+    results, runtime = converse(moto_dynamodb, tmp_path, monkeypatch, scripted_replies())
     yield results
     runtime.loop.call_soon_threadsafe(runtime.loop.stop)
 
@@ -417,8 +487,12 @@ def test_conversation_comparisons_are_returned_directly(turns: list[Turn]) -> No
     amenities = turns[10].body["message"]
     assert amenities.startswith(f"| Feature          | {' | '.join(COMPARED)} |")
     assert "| indoorPool       | ✅                             | ❌ " in amenities
-    compared = catalog.pick(catalog.search(turns[9].state("ExploreStep")["criteria"]), COMPARED)
-    assert amenities == f"{chart.comparison('amenities', compared)}\n\nAnother comparison, or ready to book?"
+    # The bundled server reports every amenity, so the table is the catalog's, with nothing unknown.
+    records = [catalog.hotel(name) for name in COMPARED]
+    offered = sorted({name for record in records for name, on in record["amenities"].items() if on})
+    rows = [[name, *(chart.YES if record["amenities"].get(name) else chart.NO for record in records)]
+            for name in offered]
+    assert amenities == f"{chart.table(['Feature', *COMPARED], rows)}\n\nAnother comparison, or ready to book?"
 
     refused = turns[11].messages("CompareStep")[-2]
     assert refused.type == "tool" and refused.content.startswith("'guest ratings' cannot be compared")
@@ -428,9 +502,9 @@ def test_conversation_comparisons_are_returned_directly(turns: list[Turn]) -> No
 def test_conversation_books_and_terminates(turns: list[Turn]) -> None:
     final = turns[-1]
     session = final.body["session"]
-    booking = final.state("PresentStep")["booking"]
-    number = catalog.confirmation_number(session, "Hampton Inn Portland-Airport")
-    assert booking == {
+    booked = final.state("PresentStep")["booking"]
+    number = booking.confirmation_number(session, "Hampton Inn Portland-Airport")
+    assert booked == {
         "hotel": "Hampton Inn Portland-Airport",
         "confirmation": number,
         "room_type": "two beds",
@@ -458,3 +532,85 @@ def test_conversation_tallies_every_scripted_token(turns: list[Turn]) -> None:
     assert tokens.input_tokens == sum(r["usage"]["input_tokens"] for r in replies) > 0
     assert tokens.output_tokens == sum(r["usage"]["output_tokens"] for r in replies) > 0
     assert tokens.total_tokens == tokens.input_tokens + tokens.output_tokens
+
+
+# -- another search server ---------------------------------------------------------------------------
+
+
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return names.get(value, value)
+    if isinstance(value, list):
+        return [_renamed(item, names) for item in value]
+    if isinstance(value, dict):
+        return {key: _renamed(item, names) for key, item in value.items()}
+    return value
+
+
+def _other_server_hotels(room_type: str) -> list[tuple[str, float]]:
+    """What the other server answers the conversation's searches with (called in process, for the expectations)."""
+    from tests.support import other_hotel_server as other
+
+    found = other.search_hotels("2026-07-01", "2026-07-06", ["freeWiFi", "freeParking"], [room_type],
+                                other.Budget(max=700), other.MaxDistanceMiles())
+    return [(hotel.hotelName, hotel.total) for hotel in found.hotels]
+
+
+def _shape(turn: Turn) -> tuple[Any, ...]:
+    """Everything of a turn but the hotels: status, outcome, step, model calls, each step's message kinds."""
+    memory = {name: [m.type for m in space.messages] for name, space in turn.doc.flow.memory.items()}
+    steps = [(item.step_name, item.level) for item in turn.doc.flow.sequence]
+    return (turn.status, turn.body["success"], turn.body["completed"], turn.body["contentType"],
+            turn.doc.flow.current_step, turn.doc.run_status, len(turn.calls), memory, steps)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_another_search_server_changes_the_hotels_presented_and_nothing_else(
+    transport: str, turns: list[Turn], moto_dynamodb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suites, two_beds = _other_server_hotels("suite"), _other_server_hotels("two beds")
+    bundled_two_beds = [entry["hotel"] for entry in catalog.search({**SUITES, "room_type": "two beds"})]
+    assert not {name for name, _ in suites + two_beds} & {hotel["name"] for hotel in catalog.hotels()}
+    # The model names hotels from the list it was shown: the same positions of the other server's list.
+    replies = _renamed(scripted_replies(), dict(zip(bundled_two_beds, [name for name, _ in two_beds], strict=False)))
+
+    server = None
+    if transport == "http":
+        server = HttpServer("tests.support.other_hotel_server", tmp_path / "other-hotels.log").start()
+        env = {"HOTEL_MCP_URL": server.url}
+    else:
+        env = {"HOTEL_MCP_COMMAND": f"{sys.executable} -m tests.support.other_hotel_server"}
+    (tmp_path / "other").mkdir()
+    try:
+        other, runtime = converse(moto_dynamodb, tmp_path / "other", monkeypatch, replies, **env)
+        runtime.loop.call_soon_threadsafe(runtime.loop.stop)
+    finally:
+        if server is not None:
+            server.stop()
+
+    # Nothing but the hotels changed: every turn's outcome, step, model calls and memory have the same shape.
+    assert [_shape(turn) for turn in other] == [_shape(turn) for turn in turns]
+    assert all(turn.status == 200 and turn.body["success"] for turn in other)
+
+    # The hotels HotelFlow presented, compared and booked are the other server's.
+    listed = "\n".join(f"{n}. {name} - total {chart.money(total)}" for n, (name, total) in enumerate(suites, 1))
+    assert f"Search results (number. hotel - total price for the stay):\n{listed}\n" in _system_text(other[7].calls[-1])
+    listed = "\n".join(f"{n}. {name} - total {chart.money(total)}" for n, (name, total) in enumerate(two_beds, 1))
+    assert listed in _system_text(other[8].calls[-2])
+    compared = [two_beds[1][0], two_beds[4][0], two_beds[6][0]]
+    assert other[9].state("CompareStep")["selected"] == compared
+    assert other[9].body["message"].startswith(f"| Feature   | {' | '.join(compared)} |")
+    assert "| Total     | $621.92" in other[9].body["message"]
+    # The original contract says nothing of amenities: the searched ones are known, the table says the rest is not.
+    amenities = other[10].body["message"]
+    assert "| freeParking | ✅" in amenities and "| freeWiFi    | ✅" in amenities
+    assert f"did not report the amenities of {', '.join(compared)}" in amenities
+    booked = other[-1].state("PresentStep")["booking"]
+    bundled_booking = turns[-1].state("PresentStep")["booking"]
+    assert booked == {**bundled_booking, "hotel": two_beds[8][0], "total": two_beds[8][1],
+                        "confirmation": booking.confirmation_number(other[-1].body["session"], two_beds[8][0])}
+    produced = "\n".join(
+        [_system_text(call) for turn in other for call in turn.calls]
+        + [turn.body["message"] for turn in other[9:11]] + [other[-1].body["message"]]
+    )
+    assert not [hotel["name"] for hotel in catalog.hotels() if hotel["name"] in produced]

@@ -1,11 +1,32 @@
-"""The ``search_hotels`` contract of the hotel-pricing MCP server, shared by the server and HotelFlow."""
+"""The ``search_hotels`` contract of the hotel-pricing MCP server, shared by the server and HotelFlow.
+
+The original's result is ``{"hotels": [{"hotelName", "prices", "total"}]}``; a hotel may also carry the optional
+details below (the bundled server fills them in). HotelFlow relies on nothing else, so any server that answers the
+original contract serves it: the details it leaves out are compared as unknown.
+"""
 
 from __future__ import annotations
+
+from datetime import date, timedelta
 
 from pydantic import BaseModel, Field
 
 SERVER = "hotel"
 TOOL = "search_hotels"
+#: The room types ``roomTypes`` speaks of.
+ROOM_TYPES = ("one bed", "two beds", "suite")
+#: The amenities ``amenities`` speaks of (a server may report others; HotelFlow asks only for these).
+AMENITIES = (
+    "airportShuttle", "boutique", "businessCenter", "concierge", "connectingRooms", "digitalKey", "evCharging",
+    "eveningReception", "fitnessCenter", "freeBreakfast", "freeParking", "freeWiFi", "indoorPool", "kitchen",
+    "meetingRoom", "newHotel", "nonSmoking", "onSiteRestaurant", "outdoorPool", "petFriendly", "roomService",
+    "streaming", "tennis",
+)
+
+
+def stay_nights(start: date, end: date) -> list[date]:
+    """The nights of a stay, which ``prices`` follow: check-in day up to, not including, check-out day."""
+    return [start + timedelta(days=offset) for offset in range((end - start).days)]
 
 
 class Budget(BaseModel):
@@ -27,10 +48,19 @@ class SearchHotelsRequest(BaseModel):
     maxDistanceMiles: MaxDistanceMiles
 
 
+class DistanceMiles(BaseModel):
+    airport: float | None = Field(None, description="Distance to the airport in miles, or null when unknown")
+    cityCenter: float | None = Field(None, description="Distance to the city center in miles, or null when unknown")
+
+
 class HotelPrice(BaseModel):
     hotelName: str
     prices: list[float] = Field(description="Price of each night of the stay, in USD")
     total: float
+    # Optional details beyond the original contract: a server that knows none of them leaves them out.
+    amenities: list[str] | None = Field(None, description="Every amenity the hotel offers, or null when unknown")
+    roomTypes: list[str] | None = Field(None, description="Every room type the hotel offers, or null when unknown")
+    distanceMiles: DistanceMiles | None = Field(None, description="The hotel's distances, or null when unknown")
 
 
 class SearchHotelsResult(BaseModel):

@@ -11,7 +11,15 @@ import argparse
 from typing import Any
 
 from flows.hotel import catalog
-from flows.hotel.contract import TOOL, Budget, HotelPrice, MaxDistanceMiles, SearchHotelsResult
+from flows.hotel.contract import (
+    ROOM_TYPES,
+    TOOL,
+    Budget,
+    DistanceMiles,
+    HotelPrice,
+    MaxDistanceMiles,
+    SearchHotelsResult,
+)
 
 
 def search_hotels(
@@ -22,27 +30,33 @@ def search_hotels(
     budget: Budget,
     maxDistanceMiles: MaxDistanceMiles,
 ) -> SearchHotelsResult:
-    """Search the Portland hotel catalog and price every night of the stay, cheapest total first."""
-    unknown = [room for room in roomTypes if room not in catalog.ROOM_TYPES]
+    """Search the Portland hotel catalog and price every night of the stay, cheapest total first.
+
+    Each hotel comes with its amenities, room types and distances, the contract's optional details.
+    """
+    unknown = [room for room in roomTypes if room not in ROOM_TYPES]
     if unknown:
-        raise ValueError(f"Unknown room type(s): {', '.join(unknown)}; use {', '.join(catalog.ROOM_TYPES)}.")
+        raise ValueError(f"Unknown room type(s): {', '.join(unknown)}; use {', '.join(ROOM_TYPES)}.")
     criteria = {
         "start": startDate,
         "end": endDate,
-        "room_type": roomTypes[0] if roomTypes else catalog.ROOM_TYPES[0],
+        "room_type": roomTypes[0] if roomTypes else ROOM_TYPES[0],
         "amenities": amenities,
         "min_price": budget.min,
         "max_price": budget.max,
         "max_airport_miles": maxDistanceMiles.airport,
         "max_city_center_miles": maxDistanceMiles.cityCenter,
     }
-    found = [
-        entry for entry in catalog.search(criteria)
-        if all(room in catalog.hotel(entry["hotel"])["roomType"] for room in roomTypes)
-    ]
-    return SearchHotelsResult(
-        hotels=[HotelPrice(hotelName=e["hotel"], prices=e["prices"], total=e["total"]) for e in found]
-    )
+    hotels = []
+    for entry in catalog.search(criteria):
+        record = catalog.hotel(entry["hotel"])
+        if all(room in record["roomType"] for room in roomTypes):
+            hotels.append(HotelPrice(
+                hotelName=entry["hotel"], prices=entry["prices"], total=entry["total"],
+                amenities=sorted(name for name, offered in record["amenities"].items() if offered),
+                roomTypes=list(record["roomType"]), distanceMiles=DistanceMiles(**record["nearby"]),
+            ))
+    return SearchHotelsResult(hotels=hotels)
 
 
 def build_server() -> Any:

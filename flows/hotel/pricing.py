@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import date, timedelta
 from functools import cache
 
+from flows.hotel.contract import stay_nights
+
 SEASON = {1: 0.9, 2: 0.9, 6: 1.2, 7: 1.3, 8: 1.25, 12: 1.1}
 ROOM = {"one bed": 1.0, "two beds": 1.25, "suite": 1.6}
 WEEKEND = 1.15  # Friday and Saturday nights
@@ -36,11 +38,6 @@ def holidays(year: int) -> frozenset[date]:
     """
     fixed = [date(year, month, day) for month, day in FIXED_HOLIDAYS]
     return frozenset(fixed + [_weekday_of_month(year, *rule) for rule in FLOATING_HOLIDAYS])
-
-
-def stay_nights(start: date, end: date) -> list[date]:
-    """The nights of a stay: check-in day up to, not including, check-out day."""
-    return [start + timedelta(days=offset) for offset in range((end - start).days)]
 
 
 def nightly_price(base: float, room_type: str, night: date) -> float:

@@ -10,15 +10,24 @@ from typing import Any, Literal
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, Field
 
-from flows.hotel import catalog, chart
-from flows.hotel.contract import SERVER, TOOL, Budget, MaxDistanceMiles, SearchHotelsRequest, SearchHotelsResult
-from flows.hotel.pricing import stay_nights
+from flows.hotel import booking, chart
+from flows.hotel.contract import (
+    AMENITIES,
+    ROOM_TYPES,
+    SERVER,
+    TOOL,
+    Budget,
+    MaxDistanceMiles,
+    SearchHotelsRequest,
+    SearchHotelsResult,
+    stay_nights,
+)
 from picoflow import Flow, HumanMessageEx, Step, TerminateSessionStep, Transition, direct, direct_to, go, stay, tool
 from picoflow.mcp import MCPUnavailableError
 from picoflow.prompts import prompt
 
-Amenity = Literal[catalog.AMENITIES]  # type: ignore[valid-type]
-RoomType = Literal[catalog.ROOM_TYPES]  # type: ignore[valid-type]
+Amenity = Literal[AMENITIES]  # type: ignore[valid-type]
+RoomType = Literal[ROOM_TYPES]  # type: ignore[valid-type]
 PICK_TWO = "Ask the user for at least two different hotels from the list to compare."
 UNAVAILABLE = "The hotel search service is unavailable right now. Ask the user to try the search again in a moment."
 
@@ -55,7 +64,11 @@ class NoArgs(BaseModel):
 
 
 async def search(flow: Flow, criteria: dict[str, Any]) -> list[dict[str, Any]]:
-    """Priced matches from the hotel-pricing MCP server, as ``{"hotel", "nights", "prices", "total"}`` entries."""
+    """Priced matches from the hotel-pricing MCP server, as ``{"hotel", "nights", "prices", "total"}`` entries.
+
+    Each entry also has ``amenities``, ``room_types`` and ``distance``: the server's optional details, None when
+    it left them out. Nothing else is known of a hotel, so any server answering the contract will do.
+    """
     request = SearchHotelsRequest(
         startDate=criteria["start"],
         endDate=criteria["end"],
@@ -70,7 +83,15 @@ async def search(flow: Flow, criteria: dict[str, Any]) -> list[dict[str, Any]]:
     nights = [night.isoformat() for night in stay_nights(date.fromisoformat(request.startDate),
                                                           date.fromisoformat(request.endDate))]
     return [
-        {"hotel": hotel.hotelName, "nights": nights, "prices": hotel.prices, "total": hotel.total}
+        {
+            "hotel": hotel.hotelName,
+            "nights": nights,
+            "prices": hotel.prices,
+            "total": hotel.total,
+            "amenities": hotel.amenities,
+            "room_types": hotel.roomTypes,
+            "distance": hotel.distanceMiles.model_dump() if hotel.distanceMiles else None,
+        }
         for hotel in result.hotels
     ]
 
@@ -110,7 +131,7 @@ class HotelStep(Step):
         )
 
     def pick_to_compare(self, refs: list[str]) -> list[dict[str, Any]] | None:
-        picked = catalog.pick(self.results(), refs)
+        picked = booking.pick(self.results(), refs)
         return picked if picked and len(picked) > 1 else None
 
     @tool
@@ -132,14 +153,14 @@ class ExploreStep(HotelStep):
         return {
             "today": self.today().isoformat(),
             "criteria": json.dumps(self.get_state("criteria") or {}),
-            "room_types": ", ".join(catalog.ROOM_TYPES),
-            "amenities": ", ".join(catalog.AMENITIES),
+            "room_types": ", ".join(ROOM_TYPES),
+            "amenities": ", ".join(AMENITIES),
         }
 
     @tool
     async def capture_choices(self, args: CaptureChoices) -> Transition:
         """Search hotels with the complete criteria, once the user asks to search."""
-        problem = catalog.date_problem(args.criteria.start, args.criteria.end, self.today())
+        problem = booking.date_problem(args.criteria.start, args.criteria.end, self.today())
         if problem:
             return stay(problem)
         criteria = args.criteria.model_dump(mode="json")
@@ -174,21 +195,21 @@ class PresentStep(HotelStep):
     @tool
     async def chosen_hotel(self, args: ChosenHotel) -> Transition:
         """Book the hotel the user chose."""
-        picked = catalog.pick(self.results(), [args.hotel])
+        picked = booking.pick(self.results(), [args.hotel])
         if picked is None:
             return stay(f"'{args.hotel}' is not in the list. Ask the user to choose 1 to {len(self.results())}.")
         entry, criteria = picked[0], self.flow.get_step_state(ExploreStep, "criteria")
-        booking = {
+        booked = {
             "hotel": entry["hotel"],
-            "confirmation": catalog.confirmation_number(self.flow.get_session_id(), entry["hotel"]),
+            "confirmation": booking.confirmation_number(self.flow.get_session_id(), entry["hotel"]),
             "room_type": criteria["room_type"],
             "start": criteria["start"],
             "end": criteria["end"],
             "total": entry["total"],
         }
-        self.save_state({"booking": booking})
+        self.save_state({"booking": booked})
         # The confirmation is a fact, so code words it; the session ends without another model call.
-        message = prompt("booked.md", __file__, **{**booking, "total": chart.money(entry["total"])})
+        message = prompt("booked.md", __file__, **{**booked, "total": chart.money(entry["total"])})
         return direct_to(TerminateSessionStep, message)
 
     @tool
@@ -232,7 +253,8 @@ class CompareStep(HotelStep):
         if picked is None:
             return stay(PICK_TWO)
         self.save_state({"selected": [entry["hotel"] for entry in picked]})
-        return direct(f"{chart.comparison(feature, picked)}\n\nAnother comparison, or ready to book?")
+        criteria = self.flow.get_step_state(ExploreStep, "criteria")
+        return direct(f"{chart.comparison(feature, picked, criteria)}\n\nAnother comparison, or ready to book?")
 
     @tool
     async def resume_booking(self, args: NoArgs) -> Transition:
