@@ -14,10 +14,16 @@ APP_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def server_from_env(name: str, prefix: str, bundled_module: str, *, timeout: float) -> MCPServerSpec:
-    """``{prefix}_URL`` (streamable HTTP, with ``{prefix}_AUTHORIZATION`` as its Authorization header), else
-    ``{prefix}_COMMAND`` (stdio), else ``python -m bundled_module`` over stdio."""
+    """``{prefix}_URL`` (streamable HTTP), else ``{prefix}_COMMAND`` (stdio), else ``python -m bundled_module``.
+
+    Over HTTP, the Authorization header is the SSM parameter named by ``{prefix}_AUTHORIZATION_PARAMETER`` when
+    that is set (the deployed way), else the value of ``{prefix}_AUTHORIZATION``.
+    """
     url = os.environ.get(f"{prefix}_URL")
     if url:
+        parameter = os.environ.get(f"{prefix}_AUTHORIZATION_PARAMETER")
+        if parameter:
+            return MCPServerSpec.http(name, url, headers_from_ssm={"Authorization": parameter}, timeout=timeout)
         return MCPServerSpec.http(
             name, url, headers_from_env={"Authorization": f"{prefix}_AUTHORIZATION"}, timeout=timeout
         )

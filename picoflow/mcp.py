@@ -10,6 +10,9 @@ unreachable server and a timeout all raise ``MCPUnavailableError``: a handler ma
 fails as a transient outage (code ``MCP_UNAVAILABLE``, 503, session unchanged). Nothing the server says, nor its
 URL or headers, goes into the error's message or the log.
 
+An HTTP server's headers come from the environment or from SSM parameters (decrypted, read at the first connect
+and kept for the container's life), or from a callable; they are never logged.
+
 The SDK is imported only when a server is first used, so flows without MCP never load it.
 """
 
@@ -20,6 +23,7 @@ import contextlib
 import contextvars
 import json
 import os
+import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -38,13 +42,17 @@ DEFAULT_TIMEOUT_SECONDS = 10.0
 DEADLINE_RESERVE_SECONDS = 0.25
 #: Characters of a tool result the model sees; the rest is cut and marked, keeping the session small.
 DEFAULT_MAX_RESULT_CHARS = 8_000
+#: SSM is read while a turn waits for its first connect: bounded so a stalled SSM cannot eat the turn.
+SSM_CONFIG = {"connect_timeout": 2, "read_timeout": 3, "retries": {"mode": "standard", "total_max_attempts": 2}}
 #: What the model reads when an offered tool's server fails: a fixed sentence, never the server's words.
 UNAVAILABLE_TOOL_FEEDBACK = (
     "The service behind this tool is unavailable right now. Tell the user it could not be reached "
     "and that they can try again shortly; do not call it again in this reply."
 )
 
-Reason = Literal["tool_error", "unreachable", "timeout", "protocol_error", "invalid_result", "unknown_tool"]
+Reason = Literal[
+    "tool_error", "unreachable", "timeout", "protocol_error", "invalid_result", "unknown_tool", "headers_unavailable"
+]
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
@@ -70,9 +78,9 @@ class MCPUnavailableError(PicoFlowError):
 class MCPServerSpec(BaseModel):
     """One MCP server a flow uses: its name, its transport and where to reach it, and its timeout.
 
-    Build it with :meth:`http` or :meth:`stdio`. Header values are read from the environment when connecting,
-    by the variable names given, so secrets never sit in code (an SSM-backed value can be put in the
-    environment at start-up, or returned by ``headers``).
+    Build it with :meth:`http` or :meth:`stdio`. Header values never sit in code: they are read when connecting,
+    from the environment variables named in ``headers_from_env``, from the SSM parameters named in
+    ``headers_from_ssm`` (decrypted, read once per container), or from the ``headers`` callable.
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
@@ -85,6 +93,8 @@ class MCPServerSpec(BaseModel):
     cwd: str | None = None
     #: Header name -> environment variable holding its value.
     headers_from_env: tuple[tuple[str, str], ...] = ()
+    #: Header name -> SSM parameter (a SecureString, say) holding its value.
+    headers_from_ssm: tuple[tuple[str, str], ...] = ()
     #: Extra headers computed when connecting (e.g. a token read from SSM), never logged.
     headers: Callable[[], Mapping[str, str]] | None = Field(default=None, exclude=True)
     timeout: float = Field(default=DEFAULT_TIMEOUT_SECONDS, gt=0)
@@ -102,13 +112,19 @@ class MCPServerSpec(BaseModel):
         url: str,
         *,
         headers_from_env: Mapping[str, str] | None = None,
+        headers_from_ssm: Mapping[str, str] | None = None,
         headers: Callable[[], Mapping[str, str]] | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> MCPServerSpec:
-        """A remote server over streamable HTTP; ``headers_from_env`` maps header names to variable names."""
+        """A remote server over streamable HTTP.
+
+        ``headers_from_env`` maps header names to environment variables, ``headers_from_ssm`` to SSM parameter
+        names (e.g. ``{"Authorization": "/app/hotel/token"}``; the function needs ``ssm:GetParameter`` on them,
+        and ``kms:Decrypt`` for a customer-managed key).
+        """
         return cls(
-            name=name, url=url, headers_from_env=tuple(sorted((headers_from_env or {}).items())), headers=headers,
-            timeout=timeout,
+            name=name, url=url, headers_from_env=tuple(sorted((headers_from_env or {}).items())),
+            headers_from_ssm=tuple(sorted((headers_from_ssm or {}).items())), headers=headers, timeout=timeout,
         )
 
     @classmethod
@@ -138,14 +154,38 @@ class MCPServerSpec(BaseModel):
     def connection_key(self) -> tuple[Any, ...]:
         """What identifies one shared session: everything but the timeout."""
         return (self.name, self.url, self.command, self.args, self.env, self.cwd, self.headers_from_env,
-                id(self.headers) if self.headers else None)
+                self.headers_from_ssm, id(self.headers) if self.headers else None)
 
     def resolved_headers(self) -> dict[str, str]:
-        """The headers to send, read now from the environment (unset variables are left out)."""
+        """The headers to send: the environment's now (unset variables left out), SSM's, then ``headers()``.
+
+        Blocking (SSM is read through boto3 at the first call); raises what a source raises.
+        """
         found = {header: os.environ[variable] for header, variable in self.headers_from_env if os.environ.get(variable)}
+        found.update({header: ssm_parameter(parameter) for header, parameter in self.headers_from_ssm})
         if self.headers is not None:
             found.update(self.headers())
         return found
+
+
+_ssm_values: dict[str, str] = {}
+_ssm_lock = threading.Lock()
+
+
+def ssm_parameter(name: str) -> str:
+    """The decrypted value of the SSM parameter ``name``, read once per container (process) and then kept.
+
+    Read with boto3's SSM client under ``SSM_CONFIG`` (short timeouts, two attempts); the value is never logged.
+    """
+    # One lock for every read: concurrent first connects wait for a single GetParameter instead of each sending one.
+    with _ssm_lock:
+        if name not in _ssm_values:
+            import boto3
+            from botocore.config import Config
+
+            client = boto3.client("ssm", config=Config(**SSM_CONFIG))
+            _ssm_values[name] = client.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]
+        return _ssm_values[name]
 
 
 class MCPTools(BaseModel):
@@ -269,8 +309,9 @@ class _Lost(Exception):
 class _Connection:
     """One live MCP session, held open by a task of its own so that every turn's task can use it."""
 
-    def __init__(self, spec: MCPServerSpec) -> None:
+    def __init__(self, spec: MCPServerSpec, headers: Mapping[str, str]) -> None:
         self.spec = spec
+        self.headers = headers
         self.client: Any = None
         self.tools: dict[str, Any] | None = None
         self._ready = asyncio.Event()
@@ -281,7 +322,7 @@ class _Connection:
     async def _hold(self) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
-                self.client = await _open_client(self.spec, stack)
+                self.client = await _open_client(self.spec, self.headers, stack)
                 self._ready.set()
                 await self._stop.wait()
         except Exception as exc:  # noqa: BLE001 - a failed or broken transport ends this session, nothing else
@@ -354,7 +395,7 @@ def _answer(call: asyncio.Future[T]) -> T:
         raise
 
 
-async def _open_client(spec: MCPServerSpec, stack: contextlib.AsyncExitStack) -> Any:
+async def _open_client(spec: MCPServerSpec, headers: Mapping[str, str], stack: contextlib.AsyncExitStack) -> Any:
     from mcp.client import Client
 
     if spec.url is not None:
@@ -364,7 +405,7 @@ async def _open_client(spec: MCPServerSpec, stack: contextlib.AsyncExitStack) ->
         # Our own bound (the spec's timeout and the turn's deadline) applies to each call; the HTTP client's
         # limits only catch a connection that hangs for longer.
         http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=spec.resolved_headers(), timeout=httpx2.Timeout(max(spec.timeout, 30.0)))
+            httpx2.AsyncClient(headers=dict(headers), timeout=httpx2.Timeout(max(spec.timeout, 30.0)))
         )
         transport: Any = streamable_http_client(spec.url, http_client=http)
     else:
@@ -407,7 +448,8 @@ async def _connection(spec: MCPServerSpec, ends: float) -> tuple[_Connection, bo
             return connection, False
         if connection is not None:
             connection.close()
-        connection = pool[key] = _Connection(spec)
+        headers = await _headers(spec, ends) if spec.url is not None else {}
+        connection = pool[key] = _Connection(spec, headers)
         try:
             await connection.wait_ready(ends)
         except BaseException:
@@ -417,6 +459,24 @@ async def _connection(spec: MCPServerSpec, ends: float) -> tuple[_Connection, bo
         return connection, True
     finally:
         lock.release()
+
+
+async def _headers(spec: MCPServerSpec, ends: float) -> dict[str, str]:
+    """``spec``'s headers, read off the event loop (SSM is a blocking call) within the operation's time."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(spec.resolved_headers), _remaining(ends))
+    except TimeoutError:
+        raise MCPUnavailableError(spec.name, None, "timeout") from None
+    except Exception as exc:  # noqa: BLE001 - any source failing (SSM, a callable) means the server cannot be reached
+        # botocore's errors carry a code (ParameterNotFound, AccessDeniedException ...), never the value.
+        response = getattr(exc, "response", None)
+        code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+        library_log.warning(
+            "MCP server headers could not be read",
+            extra={"mcpServer": spec.name, "errorType": type(exc).__name__, "errorCode": code},
+        )
+        # Not chained: nothing a source said (a parameter's name or text) travels on with the failure.
+        raise MCPUnavailableError(spec.name, None, "headers_unavailable") from None
 
 
 def _discard(connection: _Connection) -> None:

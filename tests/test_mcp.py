@@ -11,16 +11,28 @@ import logging
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
 
 from picoflow import FlowEngine, MemorySessionStore
 from picoflow.errors import PUBLIC_MESSAGES, RETRY_AFTER_SECONDS
-from picoflow.mcp import UNAVAILABLE_TOOL_FEEDBACK, MCPServerSpec, MCPTools, call_tool, close_sessions, offered_tools
+from picoflow.mcp import (
+    UNAVAILABLE_TOOL_FEEDBACK,
+    MCPServerSpec,
+    MCPTools,
+    MCPUnavailableError,
+    call_tool,
+    close_sessions,
+    offered_tools,
+)
 from picoflow.models.scripted import ScriptedProvider
+from tests.support.dynamodb_local import REGION
 from tests.support.mcp_flow import McpFlow, server_spec
 from tests.support.mcp_servers import HttpServer, free_port
 from tests.support.mcp_test_server import SECRET
@@ -259,3 +271,105 @@ def test_declarations_refuse_an_ambiguous_transport_and_an_empty_offer() -> None
     monkey = MCPServerSpec.http("x", "http://a", headers_from_env={"Authorization": "PICOFLOW_TEST_TOKEN"})
     os.environ.pop("PICOFLOW_TEST_TOKEN", None)
     assert monkey.resolved_headers() == {}
+
+
+# -- headers from SSM ----------------------------------------------------------------------------------------
+
+TOKEN = "Bearer ssm-token-5c2e9f1a77d4"
+
+
+@pytest.fixture(scope="module")
+def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+    """The test server over streamable HTTP, answering 401 unless the Authorization header is ``TOKEN``."""
+    log = tmp_path_factory.mktemp("guarded") / "server.log"
+    server = HttpServer("tests.support.mcp_test_server", log, env={"MCP_TEST_AUTHORIZATION": TOKEN}).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def ssm(aws_credentials: None) -> Iterator[Any]:
+    """Moto's SSM (the values read are kept per process, so every test names parameters of its own)."""
+    with mock_aws():
+        yield boto3.client("ssm", region_name=REGION)
+
+
+def parameter_name() -> str:
+    return f"/app/test/{uuid.uuid4().hex}/token"
+
+
+async def test_an_http_servers_header_comes_from_ssm_read_at_the_first_connect_and_kept(
+    guarded_server: HttpServer, ssm: Any
+) -> None:
+    add = {"a": 1, "b": 2}
+    with pytest.raises(MCPUnavailableError):
+        await call_tool(MCPServerSpec.http("bare", guarded_server.url, timeout=5), "add", add)
+
+    name = parameter_name()
+    # Declaring the server reads nothing: the parameter need not exist until the first connect.
+    spec = MCPServerSpec.http("guarded", guarded_server.url, headers_from_ssm={"Authorization": name}, timeout=5)
+    ssm.put_parameter(Name=name, Value=TOKEN, Type="SecureString")
+    assert (await call_tool(spec, "add", add)).structured["total"] == 3
+
+    # Kept for the container's life: a new session connects with the value read before.
+    ssm.delete_parameter(Name=name)
+    await close_sessions()
+    assert (await call_tool(spec, "add", add)).structured["total"] == 3
+
+
+async def test_an_unreadable_ssm_header_is_mcp_unavailable_and_names_no_value(
+    guarded_server: HttpServer, ssm: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="picoflow")
+    spec = MCPServerSpec.http("guarded", guarded_server.url, headers_from_ssm={"Authorization": parameter_name()})
+    with pytest.raises(MCPUnavailableError) as caught:
+        await call_tool(spec, "add", {"a": 1, "b": 2})
+    assert (caught.value.reason, str(caught.value)) == (
+        "headers_unavailable", "The MCP server 'guarded' is unavailable (headers_unavailable).")
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    (record,) = [r for r in caplog.records if r.getMessage() == "MCP server headers could not be read"]
+    assert (record.mcpServer, record.errorCode) == ("guarded", "ParameterNotFound")
+
+
+async def test_an_ssm_header_never_reaches_logs_responses_or_the_session(
+    guarded_server: HttpServer, ssm: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # botocore's own DEBUG wire trace prints every response body, any SSM read's included: it is never left on.
+    caplog.set_level(logging.INFO, logger="botocore")
+    wrong = "Bearer wrong-token-0b8d4e"
+    monkeypatch.setenv("MCP_TEST_URL", guarded_server.url)
+    seen: list[str] = []
+    for value, succeeds in ((TOKEN, True), (wrong, False)):
+        name = parameter_name()
+        ssm.put_parameter(Name=name, Value=value, Type="SecureString")
+        monkeypatch.setenv("MCP_TEST_AUTHORIZATION_PARAMETER", name)
+        run, _ = engine([call("sum_numbers", {"a": 1, "b": 2})])
+        response = await run.run("McpFlow", "add")
+        assert response.success is succeeds, response
+        if not succeeds:
+            assert (response.status_code, response.error_code) == (503, "MCP_UNAVAILABLE")
+        seen += [json.dumps(response.model_dump(), default=str), json.dumps(response.envelope(), default=str)]
+        if response.session:
+            seen.append(json.dumps(await stored(run, response.session)))
+        await close_sessions()
+    out, err = capsys.readouterr()
+    seen += [out, err, *(json.dumps(vars(record), default=str) for record in caplog.records)]
+    assert any("MCP session opened" in text for text in seen), "the logs were captured"
+    for secret in ("ssm-token-5c2e9f1a77d4", "wrong-token-0b8d4e"):
+        assert not [text for text in seen if secret in text]
+
+
+def test_the_example_flows_take_their_servers_authorization_from_ssm_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flows.servers import server_from_env
+
+    monkeypatch.setenv("HOTEL_MCP_URL", "https://hotels.example.com/mcp")
+    monkeypatch.delenv("HOTEL_MCP_AUTHORIZATION_PARAMETER", raising=False)
+    by_env = server_from_env("hotel", "HOTEL_MCP", "flows.hotel.mcp_server", timeout=10)
+    assert (by_env.headers_from_env, by_env.headers_from_ssm) == ((("Authorization", "HOTEL_MCP_AUTHORIZATION"),), ())
+    monkeypatch.setenv("HOTEL_MCP_AUTHORIZATION_PARAMETER", "/picoflow/hotel-mcp-token")
+    by_ssm = server_from_env("hotel", "HOTEL_MCP", "flows.hotel.mcp_server", timeout=10)
+    assert (by_ssm.headers_from_env, by_ssm.headers_from_ssm) == ((), (("Authorization", "/picoflow/hotel-mcp-token"),))

@@ -321,9 +321,16 @@ BEDROCK_MODEL_IDS = {
 }
 
 
-def _bedrock_policy(template) -> tuple[str, dict]:
-    (found,) = [(name, r) for name, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Policy"]
+def _conditional_policy(template, condition: str) -> tuple[str, dict]:
+    (found,) = [
+        (name, r) for name, r in template["Resources"].items()
+        if r["Type"] == "AWS::IAM::Policy" and r.get("Condition") == condition
+    ]
     return found
+
+
+def _bedrock_policy(template) -> tuple[str, dict]:
+    return _conditional_policy(template, "HasBedrockModel")
 
 
 def test_bedrock_model_parameter(template):
@@ -360,3 +367,23 @@ def test_bedrock_policy_allows_invoking_the_chosen_model_only(template):
         "Fn::Sub": "arn:${AWS::Partition}:bedrock:${AWS::Region}::foundation-model/${BedrockModelId}"
     }
     assert "*" not in statement["Resource"]["Fn::Sub"]
+
+
+def test_the_hotel_mcp_token_is_read_from_ssm_only_when_named(template, function):
+    param = template["Parameters"]["HotelMcpAuthorizationParameterName"]
+    assert param["Default"] == "" and re.fullmatch(param["AllowedPattern"], "/picoflow/hotel-mcp-token")
+    assert not re.fullmatch(param["AllowedPattern"], "Bearer abc")
+    env = function["Environment"]["Variables"]
+    assert env["HOTEL_MCP_AUTHORIZATION_PARAMETER"] == {"Ref": "HotelMcpAuthorizationParameterName"}
+    condition = template["Conditions"]["HasHotelMcpAuthorization"]
+    assert _evaluate(condition, _defaults(template)) is False
+    assert _evaluate(condition, _defaults(template) | {"HotelMcpAuthorizationParameterName": "/a/b"}) is True
+    _, policy = _conditional_policy(template, "HasHotelMcpAuthorization")
+    (function_name,) = [n for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"]
+    assert policy["Properties"]["Roles"] == [{"Ref": f"{function_name}Role"}]
+    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert (statement["Effect"], statement["Action"]) == ("Allow", "ssm:GetParameter")
+    assert statement["Resource"] == {
+        "Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter"
+                   "${HotelMcpAuthorizationParameterName}"
+    }

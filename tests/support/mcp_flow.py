@@ -1,6 +1,7 @@
 """McpFlow: a flow whose steps use the test MCP server (``tests/support/mcp_test_server.py``) every way there is.
 
-The server is ``MCP_TEST_URL`` (streamable HTTP), else ``MCP_TEST_COMMAND`` or the test server over stdio;
+The server is ``MCP_TEST_URL`` (streamable HTTP, its Authorization header from the SSM parameter named by
+``MCP_TEST_AUTHORIZATION_PARAMETER`` when set), else ``MCP_TEST_COMMAND`` or the test server over stdio;
 ``MCP_TEST_TIMEOUT`` is its timeout.
 """
 
@@ -34,7 +35,9 @@ def server_spec() -> MCPServerSpec:
     timeout = float(os.environ.get("MCP_TEST_TIMEOUT") or 5)
     url = os.environ.get("MCP_TEST_URL")
     if url:
-        return MCPServerSpec.http("test", url, timeout=timeout)
+        parameter = os.environ.get("MCP_TEST_AUTHORIZATION_PARAMETER")
+        ssm = {"Authorization": parameter} if parameter else None
+        return MCPServerSpec.http("test", url, headers_from_ssm=ssm, timeout=timeout)
     command = shlex.split(os.environ.get("MCP_TEST_COMMAND") or "")
     command = command or [sys.executable, "-m", "tests.support.mcp_test_server"]
     return MCPServerSpec.stdio("test", command[0], command[1:], env={"PYTHONPATH": ROOT}, cwd=ROOT, timeout=timeout)

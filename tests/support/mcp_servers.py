@@ -21,17 +21,18 @@ def free_port() -> int:
 
 
 class HttpServer:
-    """``python -m MODULE --http --port N`` in its own process; ``url`` is its streamable HTTP endpoint."""
+    """``python -m MODULE --http --port N`` in its own process (``env`` added to ours); ``url`` is its endpoint."""
 
-    def __init__(self, module: str, log: Path, port: int | None = None) -> None:
+    def __init__(self, module: str, log: Path, port: int | None = None, env: dict[str, str] | None = None) -> None:
         self.module = module
+        self.env = env or {}
         self.log = log
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> HttpServer:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", self.module, "--http", "--port", str(self.port)],

@@ -1,6 +1,7 @@
 """A real MCP server for the tests: structured and text results, a failing, a slow and an unlisted-for-the-model tool.
 
-``python -m tests.support.mcp_test_server`` serves over stdio, ``--http --port N`` over streamable HTTP.
+``python -m tests.support.mcp_test_server`` serves over stdio, ``--http --port N`` over streamable HTTP; with
+``MCP_TEST_AUTHORIZATION`` set, the HTTP server answers 401 to any request without exactly that Authorization.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel
@@ -74,12 +76,31 @@ def calls() -> Calls:
     return Calls(counts=dict(_calls))
 
 
+def require_authorization(app: Any, expected: str) -> Any:
+    """``app`` behind a check of the Authorization header (an ASGI wrapper; lifespan events pass through)."""
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected.encode():
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", action="store_true")
     parser.add_argument("--port", type=int, default=0)
     options = parser.parse_args()
-    if options.http:
+    required = os.environ.get("MCP_TEST_AUTHORIZATION")
+    if options.http and required:
+        import uvicorn
+
+        uvicorn.run(require_authorization(server.streamable_http_app(), required), host="127.0.0.1",
+                    port=options.port, log_level="warning")
+    elif options.http:
         server.run("streamable-http", host="127.0.0.1", port=options.port)
     else:
         server.run("stdio")
