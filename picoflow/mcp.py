@@ -95,7 +95,7 @@ class MCPServerSpec(BaseModel):
     headers_from_env: tuple[tuple[str, str], ...] = ()
     #: Header name -> SSM parameter (a SecureString, say) holding its value.
     headers_from_ssm: tuple[tuple[str, str], ...] = ()
-    #: Extra headers computed when connecting (e.g. a token read from SSM), never logged.
+    #: Extra headers computed when connecting (any other source of secrets), never logged.
     headers: Callable[[], Mapping[str, str]] | None = Field(default=None, exclude=True)
     timeout: float = Field(default=DEFAULT_TIMEOUT_SECONDS, gt=0)
 
