@@ -6,7 +6,8 @@ API instead. Every run is a new session. Exit status 0 when every turn of every 
 2 when the evaluation could not start (a malformed scenario, a judge without a key, ...).
 
 Offline, nothing leaves the machine: the flow's model is scripted (``--script`` or ``PICOFLOW_SCRIPT``) and so is
-the judge (``--judge scripted --judge-script PATH``, or the script's replies marked ``"for": "judge"``). With
+the judge (``--judge-script PATH``, or else the flow script's replies marked ``"for": "judge"``), unless ``--judge``
+names a real model, which then judges the scripted flow. With
 ``--repeat N`` each script is served as if it were written N times over, so a script of one run's replies
 answers every run, and scripted runs go one at a time, in order.
 """
@@ -114,8 +115,10 @@ def _prepare(args: argparse.Namespace) -> _Plan:
     flow_script = args.script or os.environ.get(SCRIPT_VARIABLE) or None
     if args.url and args.script:
         raise EvalSetupError(f"--script scripts the in-process handler; start the server with {SCRIPT_VARIABLE}.")
-    judge_script = args.judge_script or flow_script
-    if args.judge and args.judge.partition(":")[0] == SCRIPTED and not judge_script:
+    # A scripted flow gets a scripted judge unless --judge names a real model: then that model judges it.
+    real_judge = bool(args.judge) and args.judge.partition(":")[0] != SCRIPTED
+    judge_script = args.judge_script or (None if real_judge else flow_script)
+    if args.judge and not real_judge and not judge_script:
         raise EvalSetupError(f"--judge scripted needs --judge-script PATH or {SCRIPT_VARIABLE}.")
     registry = _judge_registry(judge_script, args.repeat)
     prompt = read_prompt(args.judge_prompt)
