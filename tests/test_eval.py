@@ -16,6 +16,7 @@ from picoflow.aws import runtime as aws_runtime
 from picoflow.local import cli
 from picoflow.local.evaluation import RunResult
 from picoflow.local.judge import DEFAULT_PROMPT_PATH
+from picoflow.local.scaffold import create_project
 from picoflow.local.scenario import Scenario, load_scenario
 from picoflow.local.serve import make_server
 from tests.support.fake_openai import FakeOpenAIServer, chat_completion, usage_block
@@ -345,3 +346,29 @@ def test_an_unusable_verdict_fails_the_turn_with_the_reason(tmp_path: Path) -> N
     assert status == 1
     turn = turns_of(report)[0]
     assert turn["score"] is None and "not a verdict" in turn["reason"]
+
+
+def test_a_new_project_has_a_scenario_its_judge_script_and_a_make_eval_target(tmp_path: Path) -> None:
+    project = create_project("travel-desk", tmp_path)
+
+    scenario = load_scenario(project / "flows/travel_desk/scenario.json")
+    assert scenario.flow_name == "TravelDeskFlow" and scenario.turns[-1].completed
+    conversation = json.loads((project / "flows/travel_desk/conversation.json").read_text())
+    assert [turn.input for turn in scenario.turns] == [turn["user"] for turn in conversation["turns"]]
+    judge = json.loads((project / "flows/travel_desk/judge_script.json").read_text())
+    assert len(judge) == len(scenario.turns) and all(reply["for"] == "judge" for reply in judge)
+    makefile = (project / "Makefile").read_text()
+    assert "\neval: $(STAMP)\n" in makefile and "picoflow eval $$scenario" in makefile
+
+
+def test_an_api_that_does_not_answer_fails_the_first_turn_and_ends_the_run(tmp_path: Path) -> None:
+    server = make_server("127.0.0.1", 0, inspector=False)
+    url = server.url
+    server.server_close()  # nothing listens there any more
+
+    status, report = evaluate(tmp_path, HOTEL / "scenario.json", "--url", url, judge=verdicts(1.0), script=None)
+
+    assert status == 1
+    first, second, *_ = turns_of(report)
+    assert first["checks"][0]["name"] == "reply" and first["reason"].startswith("the turn failed: no answer")
+    assert second["reason"] == "not run: an earlier turn of this run failed"

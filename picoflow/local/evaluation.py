@@ -36,6 +36,8 @@ REQUEST_TIMEOUT_SECONDS = 35.0
 RUN_ROUTE = "/ai/run"
 #: The check a turn fails when its request was refused or failed.
 REPLY_CHECK = "reply"
+#: The status of an ``Exchange`` whose request got no HTTP answer.
+NO_ANSWER = 0
 
 #: Called with one line of progress after every turn.
 Progress = Callable[[str], None]
@@ -151,6 +153,10 @@ class HttpTarget:
         except urllib.error.HTTPError as error:
             with error:
                 status, raw_headers, payload = error.code, error.headers, error.read()
+        except (urllib.error.URLError, OSError) as error:
+            # No answer at all (refused, unreachable, timed out): the turn fails like a failed request.
+            reason = getattr(error, "reason", error)
+            return Exchange(NO_ANSWER, {}, str(reason), (time.perf_counter() - started) * 1000)
         latency = (time.perf_counter() - started) * 1000
         charset = raw_headers.get_content_charset() or "utf-8"
         headers_lower = {name.lower(): value for name, value in raw_headers.items()}
@@ -391,6 +397,8 @@ def _succeeded(status: int) -> bool:
 
 
 def _failure(exchange: Exchange, code: str | None) -> str:
+    if exchange.status == NO_ANSWER:
+        return f"no answer ({exchange.body})"
     return f"HTTP {exchange.status}" + (f" {code}" if code else "")
 
 
