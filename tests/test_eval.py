@@ -35,7 +35,9 @@ _ENVIRONMENT = (
 def fresh_handler(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The example application's handler with a runtime built anew from this test's environment."""
     for name in _ENVIRONMENT:
-        monkeypatch.delenv(name, raising=False)
+        # Set first so that teardown restores each one, including those picoflow eval sets itself.
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.chdir(ROOT)
     # The original's files carry no config: HotelFlow's date comes from the variable, as in the original's runner.
     monkeypatch.setenv("HOTEL_FLOW_CURRENT_DATE", "2026-03-22")
