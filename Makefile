@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FLOW ?= HotelFlow
 
-.PHONY: run test lint bench clean chromium build-ApiFunction
+.PHONY: run eval test lint bench clean chromium build-ApiFunction
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -13,6 +13,15 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(PY) -m picoflow.local.demo --flow $(FLOW) $(if $(FLOWS),--flows $(FLOWS)) $(if $(SERVE),--serve)
+
+# Offline: each bundled flow's scenario.json judged turn by turn, the flow scripted by its conversation.json and
+# the judge by its judge_script.json (README: Evaluating a flow).
+eval: $(STAMP)
+	@for scenario in flows/*/scenario.json; do \
+		flow=$$(dirname $$scenario); \
+		$(VENV)/bin/picoflow eval $$scenario --script $$flow/conversation.json \
+			--judge scripted --judge-script $$flow/judge_script.json || exit 1; \
+	done
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

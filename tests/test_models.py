@@ -524,7 +524,9 @@ def test_bad_scripts_are_refused_up_front(tmp_path: Path) -> None:
         ScriptedProvider([{"tool_calls": [{"args": {}}]}])
     with pytest.raises(PicoFlowError, match="delay"):
         ScriptedProvider([{"content": "x", "delay": -1}])
-    with pytest.raises(PicoFlowError, match='"for" must be one of chat, decision, summary'):
+    with pytest.raises(PicoFlowError, match='"for" must be one of chat, decision, summary, judge'):
         ScriptedProvider([{"content": "x", "for": "answer"}])
     with pytest.raises(PicoFlowError, match="summary calls belong to no step"):
         ScriptedProvider([{"content": "x", "for": "summary", "step": "ChatStep"}])
+    with pytest.raises(PicoFlowError, match="judge calls belong to no step"):
+        ScriptedProvider([{"content": "x", "for": "judge", "step": "ChatStep"}])

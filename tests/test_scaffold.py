@@ -38,6 +38,8 @@ EXPECTED_FILES = {
     "flows/__init__.py",
     "flows/travel_desk/__init__.py",
     "flows/travel_desk/conversation.json",
+    "flows/travel_desk/judge_script.json",
+    "flows/travel_desk/scenario.json",
     "handlers/__init__.py",
     "handlers/api.py",
     "pyproject.toml",

@@ -1,4 +1,5 @@
-"""The ``picoflow`` command: ``picoflow serve``, ``picoflow chat FLOW`` and ``picoflow new NAME``."""
+"""The ``picoflow`` command: ``picoflow serve``, ``picoflow chat FLOW``, ``picoflow eval SCENARIO...`` and
+``picoflow new NAME``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from picoflow.local import scaffold
+from picoflow.local import eval_command, scaffold
 from picoflow.local.chat import chat
 from picoflow.local.project import DEFAULT_HANDLER, use_working_directory
 from picoflow.local.serve import serve
@@ -61,6 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--url", default="http://127.0.0.1:8000", help="API base URL (default: %(default)s)")
     chat.add_argument("--config", type=_json_object, metavar="JSON", help="session config sent on the first turn")
 
+    evaluate = commands.add_parser(
+        "eval", help="run scenario files against the flows and judge every turn", description=eval_command.DESCRIPTION
+    )
+    eval_command.add_arguments(evaluate)
+
     new = commands.add_parser("new", help="create a project of your own", description=scaffold.DESCRIPTION)
     scaffold.add_arguments(new)
     return parser
@@ -72,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "new":
         return scaffold.run(args)
     use_working_directory()
+    if args.command == "eval":
+        return eval_command.run(args)
     if args.command == "serve":
         return serve(args.host, args.port, args.flows, inspector=args.inspector, handler=args.handler,
                      decision_providers=args.decision_providers)

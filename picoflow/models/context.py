@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
-#: Why a model is called: a step's reply (``chat``), a DecisionStep's questions (``decision``) or a memory
-#: compaction's rolling summary (``summary``).
-CallPurpose = Literal["chat", "decision", "summary"]
-CALL_PURPOSES: tuple[CallPurpose, ...] = ("chat", "decision", "summary")
+#: Why a model is called: a step's reply (``chat``), a DecisionStep's questions (``decision``), a memory
+#: compaction's rolling summary (``summary``) or ``picoflow eval`` scoring a reply against a scenario (``judge``).
+CallPurpose = Literal["chat", "decision", "summary", "judge"]
+CALL_PURPOSES: tuple[CallPurpose, ...] = ("chat", "decision", "summary", "judge")
 
 #: The id of the step whose model call is running in this task; None outside step calls (e.g. summaries).
 calling_step: contextvars.ContextVar[str | None] = contextvars.ContextVar("picoflow_calling_step", default=None)

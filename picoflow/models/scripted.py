@@ -49,9 +49,10 @@ class ScriptedProvider(ModelProvider):
     failure of HTTP status ``status``: 503 by default, which is retried; 400 or 401 are not).
 
     Every call has a purpose: ``chat`` (a step's reply), ``decision`` (a DecisionStep's questions, answered by a
-    JSON object with one probability per option) or ``summary`` (a memory compaction's rolling summary), and a
-    reply answers only calls of its ``for`` (``chat`` when it has none). A summary call takes nothing but a
-    ``"for": "summary"`` reply, so it never stores a reply meant for the user as the summary; a decision call also
+    JSON object with one probability per option), ``summary`` (a memory compaction's rolling summary) or ``judge``
+    (``picoflow eval`` scoring a reply: a JSON ``{"score", "reason"}``), and a reply answers only calls of its
+    ``for`` (``chat`` when it has none). Summary and judge calls take nothing but a reply marked for them, so a
+    summary never stores a reply meant for the user and a flow never shows a verdict; a decision call also
     takes replies without ``for`` when the script marks none for decisions (as scripts did before purposes
     existed). A reply with ``step`` (and optionally ``tools``, the exact set of tool names bound to the call)
     answers only the calls of that step, whatever order concurrent workers call in, and is preferred to replies
@@ -300,8 +301,8 @@ def _checked_reply(reply: Any, index: int) -> Reply:
     purpose = reply.get("for")
     if purpose is not None and purpose not in CALL_PURPOSES:
         raise PicoFlowError(f"{where} \"for\" must be one of {', '.join(CALL_PURPOSES)}, not {purpose!r}.")
-    if purpose == "summary" and "step" in reply:
-        raise PicoFlowError(f"{where} is for a summary but names a step: summary calls belong to no step.")
+    if purpose in ("summary", "judge") and "step" in reply:
+        raise PicoFlowError(f"{where} is for a {purpose} but names a step: {purpose} calls belong to no step.")
     return reply
 
 
@@ -320,6 +321,8 @@ def _wanted(purpose: CallPurpose, step: str | None) -> str:
     """What the script needs so that a call of ``purpose`` and ``step`` finds a reply."""
     if purpose == "summary":
         return 'A compaction summary takes only a reply with "for": "summary".'
+    if purpose == "judge":
+        return 'A judge call takes only a reply with "for": "judge".'
     keyed = f' (optionally with "step": "{step}")' if step else ""
     if purpose == "chat":
         return f'Add a reply without "for" or with "for": "chat"{keyed}.'

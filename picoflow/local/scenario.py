@@ -1,0 +1,84 @@
+"""Scenario files for ``picoflow eval``: one conversation with a flow, each turn judged against plain language.
+
+The format is the original framework's, accepted unchanged::
+
+    {"flowName": "HotelFlow", "judgeModel": "gpt-4o", "judgeMinScore": 0.75,
+     "turns": [{"label": "greeting", "input": "Hi", "expectedResponse": "The assistant ...", "completed": false,
+                "minScore": 0.8}]}
+
+``label`` and ``minScore`` are optional on a turn; a turn's minimum is its ``minScore``, else the file's
+``judgeMinScore`` (0.75 when the file has none). Checks that need no model may be added to a turn: ``step`` (the
+flow's current step after the turn), ``state`` (``{"StepName.dotted.path": expected value}`` read from the
+step's stored state) and ``contentType`` (the reply's media type); the file may carry ``config``, sent with the
+first turn of every run. A file without them is judged exactly as the original judges it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+#: The minimum score of a file that sets no ``judgeMinScore``, as in the original's runner.
+DEFAULT_MIN_SCORE = 0.75
+#: The judge model of a file that names none.
+DEFAULT_JUDGE_MODEL = "gpt-4o"
+
+
+class ScenarioError(ValueError):
+    """A scenario file cannot be read or does not follow the format."""
+
+
+class ScenarioTurn(BaseModel):
+    """One user message and what the reply to it must do."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    label: str | None = None
+    input: str = Field(min_length=1)
+    expected_response: str = Field(alias="expectedResponse")
+    completed: bool
+    min_score: float | None = Field(default=None, alias="minScore", ge=0, le=1)
+    step: str | None = Field(default=None, min_length=1)
+    state: dict[str, Any] | None = None
+    content_type: str | None = Field(default=None, alias="contentType", min_length=1)
+
+
+class Scenario(BaseModel):
+    """A scenario file: the flow to talk to, the judge, its minimum score and the turns in order."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    flow_name: str = Field(alias="flowName", min_length=1)
+    judge_model: str | None = Field(default=None, alias="judgeModel", min_length=1)
+    judge_min_score: float | None = Field(default=None, alias="judgeMinScore", ge=0, le=1)
+    config: dict[str, Any] | None = None
+    turns: list[ScenarioTurn] = Field(min_length=1)
+
+    def min_score(self, turn: ScenarioTurn) -> float:
+        """The score ``turn``'s verdict must reach: its own ``minScore``, else the file's, else 0.75."""
+        if turn.min_score is not None:
+            return turn.min_score
+        return self.judge_min_score if self.judge_min_score is not None else DEFAULT_MIN_SCORE
+
+    def label(self, index: int) -> str:
+        """The name of the turn at ``index`` (0-based) in reports: its ``label``, else ``turn N``."""
+        return self.turns[index].label or f"turn {index + 1}"
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate the scenario file at ``path``; ``ScenarioError`` says what is wrong and where."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ScenarioError(f"Cannot read the scenario {path}: {error}") from error
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc']) or 'file'}: {problem['msg']}"
+            for problem in error.errors()
+        )
+        raise ScenarioError(f"The scenario {path} does not follow the format: {problems}") from error
