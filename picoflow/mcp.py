@@ -23,6 +23,7 @@ import contextlib
 import contextvars
 import json
 import os
+import sys
 import threading
 import time
 import weakref
@@ -413,7 +414,10 @@ async def _open_client(spec: MCPServerSpec, headers: Mapping[str, str], stack: c
 
         params = StdioServerParameters(command=spec.command or "", args=list(spec.args), env=dict(spec.env) or None,
                                        cwd=spec.cwd)
-        transport = stdio_client(params)
+        # The server's stderr goes to the process's real stderr (the function's logs): the subprocess needs a file
+        # descriptor, which a replaced sys.stderr (a test's capture, a logging shim) may not have.
+        errlog = sys.__stderr__ or stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115 - closed by the stack
+        transport = stdio_client(params, errlog=errlog)
     return await stack.enter_async_context(Client(transport))
 
 

@@ -6,6 +6,7 @@ Each test runs McpFlow (``tests/support/mcp_flow.py``) on a scripted model; its 
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -124,6 +125,16 @@ async def test_a_handler_calls_a_tool_as_a_backend_and_gets_the_validated_result
     response = await run.run("McpFlow", "add")
     assert response.success and response.message.startswith("backend total 42 from ")
     assert (await stored(run, response.session))["flow"]["steps"][0]["state"]["total"] == 42
+
+
+async def test_a_stdio_server_starts_when_sys_stderr_is_not_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A test's output capture or a logging shim replaces sys.stderr; the server process still gets a real one.
+    monkeypatch.delenv("MCP_TEST_URL", raising=False)
+    monkeypatch.delenv("MCP_TEST_COMMAND", raising=False)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    run, _ = engine([call("sum_numbers", {"a": 20, "b": 22})])
+    response = await run.run("McpFlow", "add")
+    assert response.success and response.message.startswith("backend total 42 from ")
 
 
 async def test_a_step_handler_receives_the_servers_result(transport: str) -> None:
