@@ -93,10 +93,7 @@ class LocalFileStore(FileStore):
 
     def _describe(self, file_id: str) -> FileRecord | None:
         record = self._record(file_id)
-        data = self._path(file_id, ".bin")
-        if record is None or not data.is_file():
-            return None
-        return record.model_copy(update={"size": data.stat().st_size})
+        return record if record is not None and self._path(file_id, ".bin").is_file() else None
 
     async def describe(self, file_id: str) -> FileRecord | None:
         return await run_blocking(lambda: self._describe(file_id)) if is_file_id(file_id) else None

@@ -25,7 +25,8 @@ _MISSING = frozenset({"404", "NoSuchKey", "NotFound"})
 
 
 class S3FileStore(FileStore):
-    """Files in ``bucket`` under ``uploads/<id>``; the record travels as the object's signed metadata.
+    """Files in ``bucket`` under ``uploads/<id>``; the record (declared size included) travels as the object's
+    signed metadata, so the size is checked against the bytes again when the file is used.
 
     ``client`` (a boto3 S3 client) is built on first use when not given, with ``config`` (a botocore
     ``Config``; by default ``S3_TIMEOUTS`` and SigV4), ``region_name`` and ``endpoint_url``.
@@ -83,7 +84,7 @@ class S3FileStore(FileStore):
                 id=file_id,
                 name=unquote(meta.get("name", "")),
                 content_type=str(head.get("ContentType") or "").split(";")[0].strip().lower(),
-                size=int(head.get("ContentLength") or 0),
+                size=int(meta.get("size", "-1")),
                 owner=meta.get("owner", ""),
                 session=meta.get("session", ""),
                 expires_at=int(meta.get("expires", "0")),
@@ -134,5 +135,6 @@ def _metadata(record: FileRecord) -> dict[str, str]:
         "owner": record.owner,
         "session": record.session,
         "expires": str(record.expires_at),
+        "size": str(record.size),
     }
 

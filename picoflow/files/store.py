@@ -65,7 +65,7 @@ class FileStore(ABC):
 
     @abstractmethod
     async def describe(self, file_id: str) -> FileRecord | None:
-        """The record of an uploaded file, its ``size`` the stored one; None when no bytes were stored."""
+        """The record of an uploaded file (its declared size); None when no bytes were stored."""
 
     @abstractmethod
     async def read(self, file_id: str, limit: int) -> bytes | None:
