@@ -305,8 +305,9 @@ def test_make_run_prints_how_to_open_the_finished_session(tmp_path):
 
     # The printed command, on a free port, serves the page and the finished session.
     words = shlex.split(command)
-    env = {**demo_env(tmp_path), **dict(word.split("=", 1) for word in words[:2])}
-    program = words[2:-1] + ["0"]
+    assignments = next(index for index, word in enumerate(words) if "=" not in word)
+    env = {**demo_env(tmp_path), **dict(word.split("=", 1) for word in words[:assignments])}
+    program = words[assignments:-1] + ["0"]
     output = tmp_path / "serve.out"
     with output.open("wb") as sink:
         process = subprocess.Popen(program, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
