@@ -16,6 +16,8 @@ from picoflow.compaction import compact_history
 from picoflow.errors import (
     RETRY_AFTER_SECONDS,
     BadRequestError,
+    FileRefusedError,
+    FileStoreError,
     FlowNotFoundError,
     FlowSetupError,
     IdempotencyKeyMismatchError,
@@ -34,6 +36,9 @@ from picoflow.errors import (
     TurnDeadlineError,
     public_message,
 )
+from picoflow.files.reader import TurnFiles
+from picoflow.files.refs import FileRef
+from picoflow.files.store import FileStore
 from picoflow.flow import Flow
 from picoflow.logger import SessionLogger
 from picoflow.logger import library_log as _log
@@ -76,6 +81,8 @@ _UNTOUCHED_ERRORS = (
     TurnDeadlineError,
     ModelUnavailableError,
     MCPUnavailableError,
+    FileRefusedError,
+    FileStoreError,
 )
 
 # A read-back that could not tell what is stored (no time left, or the store failed again).
@@ -101,6 +108,9 @@ class _Turn:
     first_id: str | None = None
     #: An anonymous caller's key too short to derive a session id no other client could derive.
     weak_key: bool = False
+    #: The files attached to the user's message, and the bytes already read for them (by file id).
+    files: tuple[FileRef, ...] = ()
+    file_data: Mapping[str, bytes] | None = None
 
 
 class FlowEngine:
@@ -114,6 +124,7 @@ class FlowEngine:
         *,
         retry_delay: float = 0.5,
         decision_providers: Mapping[str, DecisionProvider] | None = None,
+        file_store: FileStore | None = None,
     ) -> None:
         self._flows: dict[str, type[Flow]] = {}
         #: Decision providers by the provider name a decision model selection gives; others use the chat model.
@@ -126,6 +137,8 @@ class FlowEngine:
             for provider in providers or ():
                 self.providers.register(provider)
         self.retry_delay = retry_delay
+        #: Where attached files are read from when a model is called; None: messages carry no files.
+        self.file_store = file_store
         self._locks: dict[tuple[int, str], tuple[asyncio.Lock, int]] = {}
         self.register_flows(flows)
 
@@ -179,8 +192,13 @@ class FlowEngine:
         idempotency_key: str | None = None,
         caller: str | None = None,
         request_id: str | None = None,
+        files: Iterable[FileRef] = (),
+        file_data: Mapping[str, bytes] | None = None,
     ) -> RunResponse:
         """Run one turn; never raises — failures come back as a ``RunResponse`` with ``success=False``.
+
+        ``files`` (already checked and stored, see ``picoflow.files.intake``) join the user's message as
+        references; ``file_data`` holds bytes already read for them, so the turn does not read them again.
 
         With ``idempotency_key`` the turn is applied at most once: its receipt is written in the same
         conditional write as the session, and a retry with the same key (and ``caller``) gets the
@@ -190,8 +208,9 @@ class FlowEngine:
         with turn_deadline(deadline):
             try:
                 turn = self._check_input(
-                    flow_name, user_message, session_id, config, idempotency_key, caller, request_id
+                    flow_name, user_message, session_id, config, idempotency_key, caller, request_id, files
                 )
+                turn = replace(turn, file_data=file_data)
                 async with self._session_lock(turn.session_id or turn.first_id):
                     return await self._run_locked(turn)
             except PicoFlowError as exc:
@@ -206,7 +225,8 @@ class FlowEngine:
         return asyncio.run(self.run(flow_name, user_message, session_id, config))
 
     def _check_input(
-        self, flow_name: Any, user_message: Any, session_id: Any, config: Any, key: Any, caller: Any, request_id: str
+        self, flow_name: Any, user_message: Any, session_id: Any, config: Any, key: Any, caller: Any, request_id: str,
+        files: Iterable[FileRef] = (),
     ) -> _Turn:
         if not isinstance(flow_name, str) or not flow_name.strip():
             raise BadRequestError("flowName must be a non-empty string.")
@@ -232,7 +252,10 @@ class FlowEngine:
             raise BadRequestError("The caller must be a string.")
         # Whitespace alone is no message: chat services refuse a user turn without text.
         message = user_message if user_message and user_message.strip() else ""
-        turn = _Turn(flow_name, message, session_id or None, config, request_id, caller or None)
+        attached = tuple(files)
+        if not all(isinstance(ref, FileRef) for ref in attached):
+            raise BadRequestError("files must be file references.")
+        turn = _Turn(flow_name, message, session_id or None, config, request_id, caller or None, files=attached)
         if key is None:
             return turn
         if not isinstance(key, str) or not key:
@@ -240,7 +263,8 @@ class FlowEngine:
         return replace(
             turn,
             key=key_digest(key, caller or ""),
-            request=request_digest(flow_name, user_message, config),
+            # Files count by content, so a retried turn whose inline files were stored again still matches.
+            request=request_digest(flow_name, user_message, config, [ref.digest for ref in attached]),
             first_id=first_turn_session_id(key, caller or ""),
             weak_key=not caller and len(key) < MIN_ANONYMOUS_KEY_CHARS,
         )
@@ -258,7 +282,7 @@ class FlowEngine:
         doc = opened
         tokens_before = doc.tokens.model_copy()
         try:
-            flow._bind(doc, self._runtime(doc))
+            flow._bind(doc, self._runtime(doc, turn))
             if doc.revision == 0:
                 opener = await flow.get_current_step().on_start()
                 if opener is not None:
@@ -286,8 +310,9 @@ class FlowEngine:
             response.tokens = _usage_since(tokens_before, doc.tokens)
         return response
 
-    def _runtime(self, doc: SessionDoc) -> TurnRuntime:
+    def _runtime(self, doc: SessionDoc, turn: _Turn) -> TurnRuntime:
         return TurnRuntime(
+            files=TurnFiles(self.file_store, turn.files, turn.file_data),
             doc=doc,
             providers=self.providers,
             decision_providers=self.decision_providers,

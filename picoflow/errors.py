@@ -243,6 +243,20 @@ class ScriptedModelError(RuntimeError):
         self.status_code = status_code
 
 
+class FileRefusedError(PicoFlowError):
+    """A file, or a turn's files, refused before anything is stored; ``code`` says why (see ``PUBLIC_MESSAGES``)."""
+
+    code = "FILE_REFUSED"
+    status_code = 400
+
+
+class FileStoreError(PicoFlowError):
+    """The file store failed or did not answer in time; nothing was attached."""
+
+    code = "FILE_STORE_ERROR"
+    status_code = 503
+
+
 class IllegalConversationError(ValueError):
     """A request whose messages the Chat Completions API would refuse."""
 
@@ -277,6 +291,16 @@ PUBLIC_MESSAGES: dict[str, str] = {
     ),
     "IDEMPOTENCY_KEY_REUSED": "This Idempotency-Key was already used and can no longer be replayed; use a new key.",
     "MESSAGE_TOO_LARGE": "The message is longer than this API accepts.",
+    "FILES_DISABLED": "This API does not accept files.",
+    "FILE_NOT_FOUND": "No such file: it does not exist, has expired or belongs to someone else.",
+    "FILE_TOO_LARGE": "The file is larger than this API accepts.",
+    "FILES_TOO_LARGE": "The files of this turn together are larger than this API accepts.",
+    "TOO_MANY_FILES": "The turn carries more files than this API accepts.",
+    "FILE_TYPE_NOT_ALLOWED": "This type of file is not accepted.",
+    "FILE_CONTENT_MISMATCH": "The file's content does not match its declared type or size.",
+    "FILE_DATA_INVALID": "An inline file's data must be base64.",
+    "FILE_TYPE_UNSUPPORTED": "The model of this step cannot read this type of file; the session is unchanged.",
+    "FILE_STORE_ERROR": "The file store is unavailable right now; please retry.",
     "NOT_FOUND": "No such route.",
     "INTERNAL_ERROR": "Internal error.",
 }
@@ -286,6 +310,7 @@ GENERIC_MESSAGE = "The turn failed."
 RETRY_AFTER_SECONDS: dict[str, int] = {
     "SESSION_CONFLICT": 1,
     "SESSION_STORE_ERROR": 2,
+    "FILE_STORE_ERROR": 2,
     "SESSION_OUTCOME_UNKNOWN": 2,
     "TURN_DEADLINE": 2,
     "MODEL_UNAVAILABLE": 5,

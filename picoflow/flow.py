@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS, DecisionConversation, read_conversation
 from picoflow.errors import PicoFlowError
 from picoflow.execution import execution_frames, worker_view
+from picoflow.files.refs import FileRef
 from picoflow.logger import SessionLogger
 from picoflow.mcp import M, MCPServerSpec, call_tool, find_server
 from picoflow.memory import Memory
@@ -317,6 +318,10 @@ class Flow:
 
     def get_session_id(self) -> str:
         return self.get_session_doc().id
+
+    def get_attachments(self) -> list[FileRef]:
+        """The files the user attached to this turn's message (references; the bytes stay in the file store)."""
+        return list(self._turn().files.attached)
 
     def _turn(self) -> Runtime:
         if self._runtime is None:

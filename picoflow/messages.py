@@ -80,10 +80,14 @@ class HumanMessageEx(HumanMessage):
     """A human message whose id names the step that produced it, marked with its ``origin``.
 
     ``origin="user"`` (the default) is what the user said, or what flow code forwards in their name; decisions
-    read these. The framework marks its own navigation messages ``"framework"``.
+    read these. The framework marks its own navigation messages ``"framework"``. ``content`` is text, or a
+    list of parts: text parts and file references (``picoflow.files.refs.with_files``).
     """
 
-    def __init__(self, owner: Named | str, content: str, *, origin: MessageOrigin = "user", **kwargs: Any) -> None:
+    def __init__(
+        self, owner: Named | str, content: str | list[str | dict[str, Any]], *, origin: MessageOrigin = "user",
+        **kwargs: Any,
+    ) -> None:
         if origin not in _ORIGINS:
             raise ValueError(f"A message's origin is 'user' or 'framework', not {origin!r}.")
         kwargs.setdefault("id", gen_message_id(owner))

@@ -87,6 +87,8 @@ class Runtime(Protocol):
     decision_providers: Mapping[str, Any]
     #: Seconds between attempts of a model or decision call.
     retry_delay: float
+    #: The turn's files (a ``picoflow.files.reader.TurnFiles``): those attached, and their cached bytes.
+    files: Any
 
     async def run_model_loop(self, step: Any, user_message: str | None) -> Any:
         """Drive ``step`` through model calls, tools and transitions until it answers."""

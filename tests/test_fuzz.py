@@ -88,6 +88,8 @@ def from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     """Values that satisfy ``schema`` (the subset of JSON Schema the API's document uses)."""
     if "anyOf" in schema:
         return st.one_of([from_schema(option) for option in schema["anyOf"]])
+    if "$ref" in schema:
+        return from_schema(SCHEMA["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]])
     kind = schema.get("type")
     if kind == "null":
         return st.none()
@@ -97,6 +99,8 @@ def from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         if "pattern" in schema:
             return st.from_regex(schema["pattern"], fullmatch=True)
         return st.text(min_size=schema.get("minLength", 0), max_size=min(schema.get("maxLength", 200), 200))
+    if kind == "array":
+        return st.lists(from_schema(schema["items"]), max_size=min(schema.get("maxItems", 4), 4))
     if kind == "object" and "properties" in schema:
         required = {name: from_schema(schema["properties"][name]) for name in schema.get("required", [])}
         optional = {name: from_schema(s) for name, s in schema["properties"].items() if name not in required}
@@ -284,7 +288,7 @@ def harness(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Harness]:
 
 
 def test_the_schema_describes_the_run_contract():
-    assert set(SCHEMA["paths"]) == {"/ai/run", "/ai/end", "/ai/flows", "/health"}
+    assert set(SCHEMA["paths"]) == {"/ai/run", "/ai/files", "/ai/end", "/ai/flows", "/health"}
     assert BODY_SCHEMA["required"] == ["flowName"]
     assert set(HEADER_SCHEMAS) == {SESSION_PARAMETER, IDEMPOTENCY_PARAMETER}
     assert "/swagger" not in SCHEMA["paths"]

@@ -43,9 +43,11 @@ from picoflow.local.inspector import Inspector
 from picoflow.local.serve import LambdaHTTPServer, make_server
 from picoflow.session.document import FlowDoc, SessionDoc
 from tests.support.browser import SCREENSHOTS, ApiServer, launched_chromium
+from tests.support.files import contains_file, invoice_replies
 
 ROOT = Path(__file__).resolve().parents[1]
 HOTEL = json.loads((ROOT / "flows" / "hotel" / "conversation.json").read_text(encoding="utf-8"))
+INVOICE_IMAGE = ROOT / "flows" / "invoice" / "sample_invoice.png"
 TOKEN_FIELDS = [
     "inputTokens", "outputTokens", "totalTokens", "reasoningTokens", "visibleOutputTokens", "cachedInputTokens",
     "cacheCreationInputTokens",
@@ -303,8 +305,9 @@ def test_make_run_prints_how_to_open_the_finished_session(tmp_path):
 
     # The printed command, on a free port, serves the page and the finished session.
     words = shlex.split(command)
-    env = {**demo_env(tmp_path), **dict(word.split("=", 1) for word in words[:2])}
-    program = words[2:-1] + ["0"]
+    assignments = next(index for index, word in enumerate(words) if "=" not in word)
+    env = {**demo_env(tmp_path), **dict(word.split("=", 1) for word in words[:assignments])}
+    program = words[assignments:-1] + ["0"]
     output = tmp_path / "serve.out"
     with output.open("wb") as sink:
         process = subprocess.Popen(program, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
@@ -749,3 +752,24 @@ def test_the_inspector_shows_every_part_of_a_document(page, start_server, proble
     assert json.loads(page.locator("#raw-body pre.json").text_content()) == doc
     assert problems == []
     screenshot(page, "crafted-document", tall=True)
+
+
+def test_the_attach_button_uploads_an_invoice_and_the_reply_shows_the_record(page, start_api, problems):
+    api = start_api(invoice_replies(), "flows.invoice")
+    open_page(page, api)
+    page.select_option("#flow", "InvoiceFlow")
+
+    page.set_input_files("#attach-input", str(INVOICE_IMAGE))
+    assert page.locator("#attached").text_content() == "📎 sample_invoice.png"
+    say(page, "Please extract this invoice.", 1)
+
+    assert page.locator("#transcript li.note.error").count() == 0, api.output()
+    reply = last_bot(page)
+    assert reply.get_attribute("data-content-type") == "application/json"
+    assert "INV-2041" in reply.text_content() and "339.66" in reply.text_content()
+    assert "sample_invoice.png" in page.locator("#transcript li.turn.user").last.text_content()
+    assert page.locator("#attached").text_content() == ""
+    [doc] = api.stored_sessions().values()
+    assert doc["runStatus"] == "completed"
+    assert "file_ref" in json.dumps(doc) and not contains_file(json.dumps(doc), INVOICE_IMAGE.read_bytes())
+    assert problems == []

@@ -61,7 +61,9 @@ def test_function_runtime_shape(function):
 
 def test_routes(function):
     routes = {(e["Properties"]["Method"], e["Properties"]["Path"]) for e in function["Events"].values()}
-    assert routes == {("POST", "/ai/run"), ("POST", "/ai/end"), ("GET", "/ai/flows"), ("GET", "/health")}
+    assert routes == {
+        ("POST", "/ai/run"), ("POST", "/ai/files"), ("POST", "/ai/end"), ("GET", "/ai/flows"), ("GET", "/health"),
+    }
     assert all(e["Type"] == "HttpApi" for e in function["Events"].values())
 
 
@@ -75,6 +77,7 @@ def test_environment(function, table_name):
     assert env["POWERTOOLS_SERVICE_NAME"]
     assert env["POWERTOOLS_METRICS_NAMESPACE"]
     assert env["OPENAI_API_KEY_PARAMETER"] == {"Ref": "OpenAIKeyParameterName"}
+    assert env["FILES_BUCKET"] == {"Ref": "FilesBucket"}
     # Idempotency-Key receipts travel in the session item itself: no second table to keep in step.
     assert "IDEMPOTENCY_TABLE" not in env
     assert "OPENAI_API_KEY" not in env
@@ -387,3 +390,33 @@ def test_the_hotel_mcp_token_is_read_from_ssm_only_when_named(template, function
         "Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter"
                    "${HotelMcpAuthorizationParameterName}"
     }
+
+
+def test_files_bucket_is_private_encrypted_tls_only_and_expires_uploads(template):
+    bucket = template["Resources"]["FilesBucket"]["Properties"]
+    assert all(bucket["PublicAccessBlockConfiguration"].values())
+    assert len(bucket["PublicAccessBlockConfiguration"]) == 4
+    (encryption,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert encryption["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    (rule,) = bucket["LifecycleConfiguration"]["Rules"]
+    assert (rule["Status"], rule["Prefix"], rule["ExpirationInDays"]) == (
+        "Enabled", "uploads/", {"Ref": "FileRetentionDays"}
+    )
+    (statement,) = template["Resources"]["FilesBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Deny"
+    assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_files_bucket_cors_mirrors_the_apis_origins(template, http_api):
+    cors = template["Resources"]["FilesBucket"]["Properties"]["CorsConfiguration"]["Fn::If"]
+    assert cors[0] == "HasCors" and cors[2] == {"Ref": "AWS::NoValue"}
+    (rule,) = cors[1]["CorsRules"]
+    assert rule["AllowedOrigins"] == http_api["CorsConfiguration"]["Fn::If"][1]["AllowOrigins"]
+    assert rule["AllowedMethods"] == ["PUT"]
+
+
+def test_file_access_is_object_level_under_the_upload_prefix(function):
+    s3 = [s for s in _statements(function) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
+    assert sorted(a for s in s3 for a in _as_list(s["Action"])) == ["s3:GetObject", "s3:PutObject"]
+    (resource,) = _as_list(s3[0]["Resource"])
+    assert resource == {"Fn::Sub": "${FilesBucket.Arn}/uploads/*"}

@@ -1,10 +1,10 @@
 """The PicoFlow HTTP API (API Gateway HTTP API, payload format 2.0) on Powertools' resolver.
 
-Routes: ``POST /ai/run``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``. Powertools validates each
-request against ``picoflow.aws.requests`` before a route runs, and publishes the OpenAPI document from the
-same models and signatures; ``PICOFLOW_SWAGGER=true`` also serves it with a Swagger UI on ``GET /swagger``.
-Every refusal and failure is this API's JSON envelope (``picoflow.aws.responses``). A project's Lambda
-entry point is ``from picoflow.aws.api import app, lambda_handler``.
+Routes: ``POST /ai/run``, ``POST /ai/files``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``. Powertools
+validates each request against ``picoflow.aws.requests`` before a route runs, and publishes the OpenAPI
+document from the same models and signatures; ``PICOFLOW_SWAGGER=true`` also serves it with a Swagger UI on
+``GET /swagger``. Every refusal and failure is this API's JSON envelope (``picoflow.aws.responses``). A
+project's Lambda entry point is ``from picoflow.aws.api import app, lambda_handler``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from picoflow.aws.refusals import NOT_JSON, UNDECODABLE_BODY, Refusal, refusal
 from picoflow.aws.requests import (
     EndedSessionHeader,
     EndedSessionHeaderHyphenated,
+    FileUploadRequest,
     RunRequest,
     SessionHeader,
     SessionHeaderHyphenated,
@@ -51,7 +52,9 @@ from picoflow.aws.responses import (
     turn_response,
 )
 from picoflow.aws.runtime import get_runtime, read_session
-from picoflow.errors import RETRY_AFTER_SECONDS, public_message
+from picoflow.errors import RETRY_AFTER_SECONDS, FileRefusedError, FileStoreError, public_message
+from picoflow.files.intake import TakenFiles, open_upload, take_files
+from picoflow.files.store import UploadTicket
 from picoflow.wire import JSON, RETRY_AFTER_HEADER, requested_session
 
 __all__ = ["app", "lambda_handler", "openapi_schema", "read_session"]
@@ -75,9 +78,11 @@ def _documented(model: type[BaseModel], described: dict[int, str]) -> dict[int, 
     summary="Run one turn of a flow",
     responses=_documented(TurnEnvelope, {
         200: "The turn's envelope; a step with another content type returns its raw message instead.",
-        400: "Malformed body or header, or an unknown flow.",
+        400: "Malformed body or header, an unknown flow, or too many files.",
+        404: "A file id is unknown, expired or not the caller's.",
         409: "Session conflict or flow mismatch.",
-        413: "The message or the session document is too large.",
+        413: "The message, a file, the turn's files or the session document is too large.",
+        415: "A file's type is not accepted, its content does not match it, or the step's model cannot read it.",
         422: "The Idempotency-Key was already used with a different body, or is too old to replay.",
         500: "The flow failed (the session is ended unless the flow keeps it) or could not be started.",
         502: "The model service failed; the session is unchanged, retry.",
@@ -95,10 +100,13 @@ def run_turn(
     if session_id:
         correlate(session_id)
     runtime, request_id, started = get_runtime(), _request_id(), time.perf_counter()
+    files = _take_files(request, session_id, request_id) if request.files else TakenFiles()
+    if isinstance(files, Response):
+        return files
     turn = runtime.engine.run(
         flow_name=request.flow_name, user_message=request.message, session_id=session_id, config=request.config,
         deadline=turn_deadline(app.lambda_context), idempotency_key=idempotency_key, caller=_caller(),
-        request_id=request_id,
+        request_id=request_id, files=files.refs, file_data=files.data,
     )
     try:
         result: RunResponse = runtime.call(turn, timeout=wait_limit(app.lambda_context))
@@ -110,6 +118,64 @@ def run_turn(
     registered = request.flow_name in runtime.engine.get_flow_names()
     record_turn(request.flow_name, registered, result, (time.perf_counter() - started) * 1000)
     return turn_response(result)
+
+
+@app.post(
+    "/ai/files",
+    summary="Open the upload of a file for a later turn",
+    responses=_documented(UploadTicket, {
+        200: "PUT the file's bytes to uploadUrl with uploadHeaders, then name fileId in POST /ai/run's files.",
+        400: "Malformed body or header, or this API accepts no files.",
+        413: "The file is larger than this API accepts.",
+        415: "This type of file is not accepted.",
+        503: "The file store is unavailable; retry.",
+    }),
+)
+def open_file_upload(
+    request: FileUploadRequest,
+    session: SessionHeader = None,
+    session_hyphenated: SessionHeaderHyphenated = None,
+) -> Response[str]:
+    session_id = session or session_hyphenated or None
+    runtime, request_id = get_runtime(), _request_id()
+    store = runtime.engine.file_store
+    if store is None:
+        return _refuse(Refusal(400, "FILES_DISABLED", public_message("FILES_DISABLED")))
+    opening = open_upload(
+        store, runtime.file_policy, name=request.name, content_type=request.content_type, size=request.size,
+        caller=_caller(), session_id=session_id,
+    )
+    try:
+        ticket = runtime.call(opening, timeout=wait_limit(app.lambda_context))
+    except (FileRefusedError, FileStoreError, TimeoutError) as exc:
+        return _file_failure(exc, session_id, request_id)
+    metrics.add_metric(name="UploadsOpened", unit=MetricUnit.Count, value=1)
+    return envelope(200, ticket.model_dump(by_alias=True), echoable(session_id))
+
+
+def _take_files(request: RunRequest, session_id: str | None, request_id: str) -> TakenFiles | Response:
+    """The turn's files, checked and (inline ones) stored; or the refusal, with nothing stored."""
+    runtime = get_runtime()
+    store = runtime.engine.file_store
+    if store is None:
+        return _refuse(Refusal(400, "FILES_DISABLED", public_message("FILES_DISABLED")))
+    taking = take_files(
+        store, runtime.file_policy, file_ids=request.file_ids(), inline=request.inline_files(), caller=_caller(),
+        session_id=session_id,
+    )
+    try:
+        return runtime.call(taking, timeout=wait_limit(app.lambda_context))
+    except (FileRefusedError, FileStoreError, TimeoutError) as exc:
+        return _file_failure(exc, session_id, request_id)
+
+
+def _file_failure(error: Exception, session_id: str | None, request_id: str) -> Response:
+    if isinstance(error, FileRefusedError):
+        logger.info("Files refused", extra={"code": error.code, "statusCode": error.status_code})
+        return failure(error.status_code, error.code, session_id or "", request_id)
+    logger.error("File store failed", extra={"errorType": type(error).__name__})
+    retry = {RETRY_AFTER_HEADER: str(RETRY_AFTER_SECONDS["FILE_STORE_ERROR"])}
+    return failure(503, "FILE_STORE_ERROR", session_id or "", request_id, retry)
 
 
 @app.post(

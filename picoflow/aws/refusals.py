@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from picoflow.aws.idempotency import MAX_IDEMPOTENCY_KEY_CHARS
-from picoflow.aws.requests import CONFIG_TOO_DEEP, MAX_CONFIG_DEPTH, MESSAGE_TOO_LONG, NOT_UNICODE, message_limit
+from picoflow.aws.requests import (
+    CONFIG_TOO_DEEP,
+    MAX_CONFIG_DEPTH,
+    MAX_LISTED_FILES,
+    MESSAGE_TOO_LONG,
+    NOT_UNICODE,
+    message_limit,
+)
 from picoflow.wire import IDEMPOTENCY_HEADER, SESSION_HEADER_SPELLINGS
 
 
@@ -39,6 +46,10 @@ _BY_PART: dict[str, Refusal] = {
     "message": _bad("message must be a string."),
     MESSAGE_TOO_LONG: Refusal(413, "MESSAGE_TOO_LARGE", "message is longer than {limit} characters."),
     "config": _bad("config must be a JSON object."),
+    "files": _bad(f"files must be a list of at most {MAX_LISTED_FILES} file ids or inline files."),
+    "name": _bad("name must be a non-empty string."),
+    "contentType": _bad("contentType must be a non-empty string."),
+    "size": _bad("size must be a positive integer."),
     CONFIG_TOO_DEEP: _bad(f"config is nested more than {MAX_CONFIG_DEPTH} levels deep."),
     NOT_UNICODE: _bad("The request contains text that is not valid Unicode."),
     **dict.fromkeys(SESSION_HEADER_SPELLINGS, INVALID_SESSION_ID),

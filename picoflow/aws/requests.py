@@ -16,6 +16,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from picoflow.engine import SESSION_ID_PATTERN
+from picoflow.files.intake import InlineFile
 from picoflow.wire import SESSION_HEADER, SESSION_HEADER_SPELLINGS
 
 DEFAULT_MAX_MESSAGE_CHARS = 100_000
@@ -24,6 +25,8 @@ MAX_CONFIG_DEPTH = 32
 MESSAGE_TOO_LONG = "message_too_long"
 CONFIG_TOO_DEEP = "config_too_deep"
 NOT_UNICODE = "not_unicode"
+# A hard bound on the list itself; the per-turn limit (PICOFLOW_MAX_FILES_PER_TURN) is checked after.
+MAX_LISTED_FILES = 32
 
 
 def _blank_to_none(value: Any) -> Any:
@@ -77,6 +80,19 @@ class RunRequest(BaseModel):
     config: Annotated[dict[str, Any], AfterValidator(_shallow_enough)] | None = Field(
         default=None, description="Session configuration, read by the flow as get_context('config.<key>')."
     )
+    files: list[Annotated[str, StringConstraints(min_length=1, max_length=128)] | InlineFile] | None = Field(
+        default=None, max_length=MAX_LISTED_FILES,
+        description="Files for this turn's message: ids from POST /ai/files, or small inline files "
+        "{name, contentType, data (base64)}.",
+    )
+
+    def file_ids(self) -> list[str]:
+        """The uploaded files' ids, in order."""
+        return [item for item in self.files or () if isinstance(item, str)]
+
+    def inline_files(self) -> list[InlineFile]:
+        """The inline files, in order."""
+        return [item for item in self.files or () if isinstance(item, InlineFile)]
 
     @model_validator(mode="after")
     def _encodable(self) -> RunRequest:
@@ -86,6 +102,14 @@ class RunRequest(BaseModel):
         except UnicodeEncodeError:
             raise PydanticCustomError(NOT_UNICODE, "text is not valid Unicode") from None
         return self
+
+
+class FileUploadRequest(BaseModel):
+    """The body of ``POST /ai/files``: the file a client is about to upload."""
+
+    name: Annotated[str, AfterValidator(_not_blank)] = Field(min_length=1, max_length=1024)
+    content_type: str = Field(alias="contentType", min_length=1, max_length=255, description="e.g. image/png.")
+    size: int = Field(ge=1, description="The exact size in bytes.")
 
 
 SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN.pattern)]

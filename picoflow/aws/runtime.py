@@ -1,9 +1,9 @@
 """The container's engine: built once from the environment, run on one long-lived event loop.
 
-``SESSION_STORE``/``SESSION_TABLE`` pick the store, ``PICOFLOW_FLOWS`` the flow modules,
-``PICOFLOW_DECISION_PROVIDERS`` the decision providers, ``PICOFLOW_SCRIPT`` a scripted model for offline runs,
-and ``OPENAI_API_KEY_PARAMETER`` the SSM SecureString holding the OpenAI key, read once per container with
-short timeouts.
+``SESSION_STORE``/``SESSION_TABLE`` pick the store, ``FILES_BUCKET`` (or ``FILES_FOLDER``) the file store,
+``PICOFLOW_FLOWS`` the flow modules, ``PICOFLOW_DECISION_PROVIDERS`` the decision providers,
+``PICOFLOW_SCRIPT`` a scripted model for offline runs, and ``OPENAI_API_KEY_PARAMETER`` the SSM SecureString
+holding the OpenAI key, read once per container with short timeouts.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from picoflow.aws.discovery import (
     load_flows,
 )
 from picoflow.aws.observability import logger
+from picoflow.files.factory import file_store_from_env
+from picoflow.files.policy import FilePolicy
 from picoflow.models.factory import default_registry
 from picoflow.session.factory import store_from_env
 
@@ -39,8 +41,10 @@ class Runtime:
     its chat models usable across invocations; a loop per invocation would strand their connections.
     """
 
-    def __init__(self, engine: FlowEngine) -> None:
+    def __init__(self, engine: FlowEngine, file_policy: FilePolicy | None = None) -> None:
         self.engine = engine
+        #: The limits files sent to the API must meet (``PICOFLOW_FILE_TYPES`` and friends).
+        self.file_policy = file_policy or FilePolicy.from_env()
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="picoflow-engine-loop", daemon=True).start()
 
@@ -82,7 +86,10 @@ def build_engine(environ: Mapping[str, str] | None = None) -> FlowEngine:
     flows = load_flows(env.get(FLOWS_VARIABLE))
     store = store_from_env(env)
     decisions = load_decision_providers(env.get(DECISION_PROVIDERS_VARIABLE), env)
-    engine = FlowEngine(flows=flows, session_store=store, providers=default_registry(env), decision_providers=decisions)
+    engine = FlowEngine(
+        flows=flows, session_store=store, providers=default_registry(env), decision_providers=decisions,
+        file_store=file_store_from_env(env),
+    )
     logger.info("Engine ready", extra={"flows": engine.get_flow_names(), "store": type(engine.session_store).__name__})
     return engine
 

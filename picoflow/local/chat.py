@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from typing import Any, TextIO
@@ -43,6 +44,15 @@ class Reply:
         return data if isinstance(data, dict) and "success" in data else None
 
 
+class UploadError(RuntimeError):
+    """An upload the API or the upload URL refused."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"upload refused with status {status}")
+        self.status = status
+        self.text = text
+
+
 class ChatClient:
     """Talks to one flow, carrying the session id from turn to turn."""
 
@@ -52,9 +62,12 @@ class ChatClient:
         self.config = config
         self.session: str | None = None
 
-    def send(self, message: str) -> Reply:
-        """Run one turn; a completed session is forgotten so the next line starts a new one."""
+    def send(self, message: str, files: Sequence[str] = ()) -> Reply:
+        """Run one turn (with the uploaded ``files``, by id); a completed session is forgotten so the next line
+        starts a new one."""
         payload: dict[str, Any] = {"flowName": self.flow, "message": message}
+        if files:
+            payload["files"] = list(files)
         if self.session is None and self.config is not None:
             payload["config"] = self.config
         reply = self._post("/ai/run", payload)
@@ -64,6 +77,27 @@ class ChatClient:
         elif reply.session:
             self.session = reply.session
         return reply
+
+    def upload(self, name: str, content_type: str, data: bytes) -> str:
+        """Upload a file for the next turn (``POST /ai/files``, then a PUT to its upload URL); its file id.
+
+        Raises ``UploadError`` when either step is refused.
+        """
+        reply = self._post("/ai/files", {"name": name, "contentType": content_type, "size": len(data)})
+        ticket = json.loads(reply.text) if reply.status == 200 else None
+        if not isinstance(ticket, dict) or "uploadUrl" not in ticket:
+            raise UploadError(reply.status, reply.text)
+        # A local server answers with a URL relative to itself; S3's presigned URLs are absolute.
+        request = urllib.request.Request(
+            urllib.parse.urljoin(self.base_url + "/", ticket["uploadUrl"]), data=data, method="PUT",
+            headers=ticket.get("uploadHeaders") or {},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS):
+                return str(ticket["fileId"])
+        except urllib.error.HTTPError as error:
+            with error:
+                raise UploadError(error.code, error.read().decode("utf-8", errors="replace")) from None
 
     def end(self) -> Reply:
         """Delete the current session on the server."""

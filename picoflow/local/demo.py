@@ -5,9 +5,10 @@
 Everything runs offline: the model is a scripted one, the session store is an embedded SQLite file, and each
 turn travels as HTTP -> API Gateway v2 event -> the handler (``handlers.api:lambda_handler`` by default). The
 conversation is the ``conversation.json`` of a flow package under ``--flows`` (``PICOFLOW_FLOWS``, else
-``flows``) whose ``"flow"`` names the flow. At the end it prints the ``picoflow serve`` command that serves
-the same SQLite file and the page address of the finished session; with ``--serve`` (``make run SERVE=1``)
-the demo's own server keeps serving that page until Ctrl+C instead.
+``flows``) whose ``"flow"`` names the flow; a turn's ``"files"`` (names of files beside it) are uploaded
+first and attached to it. At the end it prints the ``picoflow serve`` command that serves the same SQLite
+file (and upload folder) and the page address of the finished session; with ``--serve``
+(``make run SERVE=1``) the demo's own server keeps serving that page until Ctrl+C instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import mimetypes
 import os
 import shlex
 import sys
@@ -66,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    conversation, replies = load_conversation(find_conversation(args.flow, args.flows))
+    path = find_conversation(args.flow, args.flows)
+    conversation, replies = load_conversation(path)
     workdir = Path(tempfile.mkdtemp(prefix="picoflow-demo-"))
     script = workdir / "script.json"
     script.write_text(json.dumps(replies), encoding="utf-8")
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         SESSION_STORE="SQLITE",
         SQLITE_PATH=str(workdir / "sessions.sqlite"),
         PICOFLOW_SCRIPT=str(script),
+        FILES_FOLDER=str(workdir / "uploads"),
         POWERTOOLS_LOG_LEVEL=os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
         POWERTOOLS_METRICS_DISABLED="true",
         **{FLOWS_VARIABLE: args.flows},
@@ -88,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"PicoFlow demo: {args.flow} ({len(conversation['turns'])} turns, {len(replies)} scripted model replies)")
         print(f"serving the Lambda handler at {server.url}, sessions in {workdir / 'sessions.sqlite'}")
-        ok, session = _replay(ChatClient(server.url, args.flow, conversation.get("config")), conversation["turns"])
+        client = ChatClient(server.url, args.flow, conversation.get("config"))
+        ok, session = _replay(client, conversation["turns"], path.parent)
         if not ok:
             return 1
         if session is None:
@@ -120,11 +125,13 @@ def _print_reply(user: str, status: int, content_type: str, text: str) -> tuple[
     return None, False
 
 
-def _replay(client: Any, turns: list[dict[str, Any]]) -> tuple[bool, str | None]:
-    """Send every scripted turn; whether they all succeeded, and the session id."""
+def _replay(client: Any, turns: list[dict[str, Any]], folder: Path) -> tuple[bool, str | None]:
+    """Send every scripted turn (uploading its ``files``, found in ``folder``); whether they all succeeded, and
+    the session id."""
     session = None
     for turn in turns:
-        reply = client.send(turn["user"])
+        file_ids = [_upload(client, folder, name) for name in turn.get("files", [])]
+        reply = client.send(turn["user"], file_ids)
         session = reply.session or session
         reported, completed = _print_reply(turn["user"], reply.status, reply.content_type, reply.text)
         session = reported or session
@@ -134,6 +141,14 @@ def _replay(client: Any, turns: list[dict[str, Any]]) -> tuple[bool, str | None]
         if completed:
             print("(session completed)")
     return True, session
+
+
+def _upload(client: Any, folder: Path, name: str) -> str:
+    # Only a plain file name beside conversation.json: a scripted turn never reaches elsewhere on disk.
+    path = folder / Path(name).name
+    content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    print(f"\nupload > {path.name} ({content_type}, {path.stat().st_size} bytes)")
+    return client.upload(path.name, content_type, path.read_bytes())
 
 
 def _print_session(doc: dict[str, Any] | None) -> None:
@@ -153,7 +168,7 @@ def _wait_for_interrupt() -> None:
 
 
 def _serve_command(sqlite_path: Path, flows: str, handler: str) -> str:
-    """A ``picoflow serve`` command line for this environment that reads ``sqlite_path``."""
+    """A ``picoflow serve`` command line for this environment that reads ``sqlite_path`` and the uploads beside it."""
     script = Path(sys.executable).with_name("picoflow")
     if script.exists():
         program = shlex.quote(os.path.relpath(script) if script.is_relative_to(Path.cwd()) else str(script))
@@ -161,7 +176,11 @@ def _serve_command(sqlite_path: Path, flows: str, handler: str) -> str:
         program = f"{shlex.quote(sys.executable)} -m picoflow.local.cli"
     options = "" if flows == DEFAULT_FLOW_MODULES else f" --flows {shlex.quote(flows)}"
     options += "" if handler == DEFAULT_HANDLER else f" --handler {shlex.quote(handler)}"
-    return f"SESSION_STORE=SQLITE SQLITE_PATH={shlex.quote(str(sqlite_path))} {program} serve{options} --port 8000"
+    uploads = shlex.quote(str(sqlite_path.parent / "uploads"))
+    return (
+        f"SESSION_STORE=SQLITE SQLITE_PATH={shlex.quote(str(sqlite_path))} FILES_FOLDER={uploads} "
+        f"{program} serve{options} --port 8000"
+    )
 
 
 if __name__ == "__main__":

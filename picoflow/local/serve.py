@@ -3,7 +3,8 @@
 The no-Docker equivalent of ``sam local start-api``: every request becomes the event API Gateway
 would send, the handler runs in-process, and its proxy response is written back verbatim. ``picoflow serve``
 also serves a chat page and session inspector at ``/`` (see ``picoflow.local.inspector``), which the
-Lambda function itself never has.
+Lambda function itself never has, and, with a local file store (``FILES_FOLDER``), the upload URLs that
+``POST /ai/files`` hands out (``PUT /ai/uploads/<fileId>``), standing in for S3's presigned URLs.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl
 
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.aws.discovery import DECISION_PROVIDERS_VARIABLE, FLOWS_VARIABLE
+from picoflow.files.local_store import LocalFileStore, store_upload_target
 from picoflow.local.inspector import Inspector, session_reader
 from picoflow.local.project import DEFAULT_HANDLER, LambdaHandler, load_handler
 from picoflow.wire import JSON
 
+# Where uploads go when neither FILES_BUCKET nor FILES_FOLDER says otherwise (beside the default SQLite file).
+DEFAULT_UPLOAD_FOLDER = "ignore/uploads"
 # API Gateway refuses request payloads above 10 MB before invoking the integration.
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
 # The template's function timeout, which the local server gives every invocation unless told otherwise.
@@ -57,10 +62,16 @@ class LambdaHTTPServer(ThreadingHTTPServer):
     access_log = True
 
     def __init__(
-        self, address: tuple[str, int], lambda_handler: LambdaHandler, inspector: Inspector | None = None
+        self,
+        address: tuple[str, int],
+        lambda_handler: LambdaHandler,
+        inspector: Inspector | None = None,
+        uploads: LocalFileStore | None = None,
     ) -> None:
         super().__init__(address, _ProxyRequestHandler)
         self.lambda_handler = lambda_handler
+        #: The local file store whose signed upload URLs this server accepts; None: no uploads.
+        self.uploads = uploads
         #: The page and ``GET /ai/session``, answered before (and instead of) the handler; None: handler only.
         self.inspector = inspector
         # Like one Lambda execution environment: one event at a time. Powertools also keeps the
@@ -136,6 +147,13 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         # A HEAD is answered as the GET of the same path, whose body _send then leaves out.
         method = "GET" if self.command == "HEAD" else self.command
         if self.server.inspector is not None and self._answer_locally(method, path):
+            return
+        target = store_upload_target(path) if method == "PUT" and self.server.uploads is not None else None
+        if target is not None:
+            status = self.server.uploads.accept_upload(
+                target, dict(parse_qsl(query)), self.headers.get("Content-Type") or "", body or b""
+            )
+            self._send(status, {"content-type": [JSON]}, json.dumps({"status": status}).encode("utf-8"))
             return
         event = http_event(method, path, body=body, headers=headers, query=query, source_ip=client_ip)
         try:
@@ -278,6 +296,8 @@ def make_server(
 ) -> LambdaHTTPServer:
     """Bind a server on ``host:port`` (0 picks a free port) that invokes ``handler(event, context)``.
 
+    With ``FILES_FOLDER`` set (and no ``FILES_BUCKET``) it also accepts the uploads that folder's store signs.
+
     ``handler`` is the callable or its ``MODULE:ATTR`` name, imported from the working directory (by default
     the project's ``handlers.api:lambda_handler``), so configure the environment (``SESSION_STORE``,
     ``PICOFLOW_FLOWS`` ...) before calling this. ``inspector=True`` adds the chat page at ``/`` and
@@ -286,7 +306,13 @@ def make_server(
     """
     handler = load_handler(handler)
     pages = Inspector(session_reader(handler)) if inspector is True else inspector or None
-    return LambdaHTTPServer((host, port), handler, pages)
+    return LambdaHTTPServer((host, port), handler, pages, local_uploads())
+
+
+def local_uploads() -> LocalFileStore | None:
+    """The local file store named by ``FILES_FOLDER`` (None when ``FILES_BUCKET`` names S3 or neither is set)."""
+    folder = os.environ.get("FILES_FOLDER")
+    return LocalFileStore(folder) if folder and not os.environ.get("FILES_BUCKET") else None
 
 
 def serve(
@@ -299,17 +325,22 @@ def serve(
 ) -> int:
     """Run the local API (and, unless ``inspector`` is off, the chat page) until interrupted.
 
-    Sessions default to the SQLite store; ``flows`` (comma-separated modules) sets ``PICOFLOW_FLOWS`` and
-    ``decision_providers`` (``name=module:attribute``, comma-separated) ``PICOFLOW_DECISION_PROVIDERS``.
+    Sessions default to the SQLite store and uploads to the folder ``ignore/uploads``; ``flows``
+    (comma-separated modules) sets ``PICOFLOW_FLOWS`` and ``decision_providers`` (``name=module:attribute``,
+    comma-separated) ``PICOFLOW_DECISION_PROVIDERS``.
     """
     os.environ.setdefault("SESSION_STORE", "SQLITE")
+    if not os.environ.get("FILES_BUCKET"):
+        os.environ.setdefault("FILES_FOLDER", DEFAULT_UPLOAD_FOLDER)
     if flows:
         os.environ[FLOWS_VARIABLE] = flows
     if decision_providers:
         os.environ[DECISION_PROVIDERS_VARIABLE] = decision_providers
     server = make_server(host, port, handler, inspector=inspector)
     print(f"PicoFlow API listening on {server.url} (session store {os.environ['SESSION_STORE']})", flush=True)
-    routes = "POST /ai/run, POST /ai/end, GET /ai/flows, GET /health"
+    routes = "POST /ai/run, POST /ai/files, POST /ai/end, GET /ai/flows, GET /health"
+    if server.uploads is not None:
+        routes += f"; uploads: PUT /ai/uploads/<fileId> into {os.environ['FILES_FOLDER']}"
     if inspector:
         routes += "; local only: GET /ai/session"
         print(f"Chat page and session inspector: {server.url}/", flush=True)

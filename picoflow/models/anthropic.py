@@ -9,6 +9,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
+from picoflow.files.refs import KNOWN_TYPES
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -33,6 +34,9 @@ class AnthropicProvider(ModelProvider):
     ``ANTHROPIC_BASE_URL`` or Anthropic's own; both are read from ``environ`` (the process environment by
     default) when a model is built. Any model name is accepted; the parameters are checked.
     """
+
+    #: Images and PDFs, sent as images and PDF documents.
+    file_types = KNOWN_TYPES
 
     def __init__(
         self,

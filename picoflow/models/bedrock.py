@@ -9,6 +9,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
+from picoflow.files.refs import KNOWN_TYPES
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -39,6 +40,9 @@ class BedrockProvider(ModelProvider):
     default). The selection's name is a model ID (``amazon.nova-lite-v1:0``) or an inference profile ID
     (``us.anthropic.claude-sonnet-4-5-20250929-v1:0``); the parameters are checked.
     """
+
+    #: Images and PDFs, sent as Converse image and document blocks.
+    file_types = KNOWN_TYPES
 
     def __init__(
         self,

@@ -9,6 +9,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
+from picoflow.files.refs import KNOWN_TYPES
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -39,6 +40,9 @@ class GoogleProvider(ModelProvider):
     ``GOOGLE_BASE_URL`` or the Gemini API's own; all are read from ``environ`` (the process environment by
     default) when a model is built. Any model name is accepted; the parameters are checked.
     """
+
+    #: Images and PDFs, sent as inline data.
+    file_types = KNOWN_TYPES
 
     def __init__(
         self,

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
+from picoflow.files.refs import IMAGE_TYPES, KNOWN_TYPES
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -131,6 +132,8 @@ class OpenAIProvider(ModelProvider):
     ) -> None:
         self.endpoint = endpoint or OPENAI_COMPATIBLE.get(name) or replace(OPENAI_COMPATIBLE["openai"], name=name)
         self.name = self.endpoint.name
+        # OpenAI's own API (and Azure's) reads PDFs as file parts; the wider family is promised images only.
+        self.file_types = KNOWN_TYPES if self.endpoint.kind != "compatible" else IMAGE_TYPES
         self._api_key = api_key
         self._base_url = base_url
         self._api_version = api_version

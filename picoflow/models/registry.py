@@ -38,6 +38,8 @@ class ModelProvider(ABC):
     """
 
     name: str
+    #: The file types (MIME) its chat models read as content parts; a file of another type is refused.
+    file_types: frozenset[str] = frozenset()
 
     @abstractmethod
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
@@ -102,6 +104,11 @@ class ProviderRegistry:
         if registered is not None:
             registered.validate(selection)
         self.override.validate(selection)
+
+    def file_types(self, selection: ModelSelection) -> frozenset[str]:
+        """The file types the provider serving ``selection`` reads."""
+        provider = self.override or self._providers.get(selection.provider)
+        return provider.file_types if provider is not None else frozenset()
 
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """The chat model serving ``selection``, validated first and built once per distinct selection."""

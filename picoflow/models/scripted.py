@@ -21,6 +21,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from picoflow.errors import PicoFlowError, ScriptedModelError
+from picoflow.files.refs import KNOWN_TYPES
 from picoflow.models.context import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
 from picoflow.models.conversation import check_conversation
 from picoflow.models.registry import ModelProvider
@@ -67,6 +68,9 @@ class ScriptedProvider(ModelProvider):
     tools bound to it, ``purposes`` its purpose and ``selections`` the model selection it was built for. Every
     chat model built by one provider shares its script; providers with different names keep independent scripts.
     """
+
+    #: It reads nothing, so it takes every file type the API can accept.
+    file_types = KNOWN_TYPES
 
     def __init__(self, script: Iterable[Reply], name: str = "scripted", *, strict: bool = True) -> None:
         self.name = name

@@ -44,9 +44,16 @@ def key_digest(key: str, caller: str = "") -> str:
     return _digest("picoflow-key", caller, key)
 
 
-def request_digest(flow_name: str, message: str | None, config: dict[str, Any] | None) -> str:
-    """A digest of what a turn asked for: the same key with another body must be refused."""
-    body = json.dumps([flow_name, message, config], sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+def request_digest(
+    flow_name: str, message: str | None, config: dict[str, Any] | None, files: list[str] | None = None
+) -> str:
+    """A digest of what a turn asked for: the same key with another body must be refused.
+
+    ``files`` (the digests of the attached files) count only when there are some, so turns without files
+    keep the digest they always had.
+    """
+    parts: list[Any] = [flow_name, message, config, *([files] if files else [])]
+    body = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return _digest("picoflow-request", body)
 
 

@@ -8,6 +8,7 @@ from langchain_core.messages import BaseMessage
 
 from picoflow.errors import PicoFlowError
 from picoflow.execution import execution_frames
+from picoflow.files.refs import with_files
 from picoflow.flow import Flow
 from picoflow.messages import (
     CONTINUE_PREFIX,
@@ -39,8 +40,13 @@ async def run_turn(flow: Flow, user_message: str | None) -> Any:
 
 
 async def run_model_loop(step: Step, user_message: str | None) -> Any:
-    """The default ``Step.run``: drive the executing step from ``user_message`` until it answers."""
-    incoming = HumanMessageEx(step, user_message) if user_message else None
+    """The default ``Step.run``: drive the executing step from ``user_message`` until it answers.
+
+    The files attached to the turn join the first message built from the user's input.
+    """
+    attached = step.flow._turn().files.take_attached()
+    content = with_files(user_message, attached) if attached else user_message
+    incoming = HumanMessageEx(step, content) if content else None
     return await _drive(step.flow, incoming)
 
 

@@ -31,6 +31,7 @@ from picoflow.recovery import (
 )
 from picoflow.step import Step
 from picoflow.tokens import add_usage
+from picoflow.turn.attachments import with_file_parts
 from picoflow.turn.deadline import time_left
 from picoflow.turn.recovery import handle_block, recover_from_error, should_retry
 
@@ -171,8 +172,10 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
             await asyncio.sleep(runtime.retry_delay)
         if signal is not None:
             signal.raise_if_cancelled()
-        timeout = _attempt_timeout(step)
         request = build_request(step)
+        # Outside the attempt's error handling: a file the model cannot read is the caller's error, not a retry.
+        request = await with_file_parts(request, runtime.files, runtime.providers.file_types(selection), step.id)
+        timeout = _attempt_timeout(step)
         try:
             output = await _invoke(runnable, request, timeout, signal, step.id)
         except TimeoutError as exc:

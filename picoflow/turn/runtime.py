@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from picoflow.files.reader import TurnFiles
 from picoflow.flow import Flow
 from picoflow.models.registry import ProviderRegistry
 from picoflow.results import RunResponse
@@ -35,6 +36,8 @@ class TurnRuntime:
     save: Callable[[Flow], Awaitable[None]]
     #: Runs the first turn of a new session of a registered flow.
     start: Callable[[str, str | None, dict[str, Any]], Awaitable[RunResponse]]
+    #: The files attached to this turn's message and the bytes read for the turn.
+    files: TurnFiles = field(default_factory=lambda: TurnFiles(None))
 
     async def run_model_loop(self, step: Step, user_message: str | None) -> Any:
         return await run_model_loop(step, user_message)

@@ -117,32 +117,39 @@ class ApiServer:
     """``picoflow serve`` in a subprocess; ``cors_allow_origin=None`` leaves ``CORS_ALLOW_ORIGIN`` unset.
 
     ``replies`` are the scripted model's: a text, or a whole reply (``{"content", "tool_calls", "usage"}``);
-    ``flows`` the modules it registers.
+    None serves the flows' own providers instead. ``flows`` are the modules it registers, ``env`` more variables.
     """
 
     def __init__(
         self,
         workdir: Path,
-        replies: list[str] | list[str | dict[str, Any]],
+        replies: list[str] | list[str | dict[str, Any]] | None,
         cors_allow_origin: str | None,
         *,
         flows: str = "tests.support.tiny_flow",
+        env: dict[str, str] | None = None,
     ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.sqlite_path = workdir / "sessions.sqlite"
-        script = workdir / "script.json"
-        script_replies = [reply if isinstance(reply, dict) else {"content": reply} for reply in replies]
-        script.write_text(json.dumps(script_replies), encoding="utf-8")
-        env = {key: value for key, value in os.environ.items() if not key.startswith(("CORS_", "PICOFLOW_"))}
+        extra = dict(env or {})
+        if replies is not None:
+            script = workdir / "script.json"
+            script_replies = [reply if isinstance(reply, dict) else {"content": reply} for reply in replies]
+            script.write_text(json.dumps(script_replies), encoding="utf-8")
+            extra["PICOFLOW_SCRIPT"] = str(script)
+        env = {
+            key: value for key, value in os.environ.items() if not key.startswith(("CORS_", "PICOFLOW_", "FILES_"))
+        }
         env.update(DUMMY_AWS_ENV)
         env.update(
             SESSION_STORE="SQLITE",
             SQLITE_PATH=str(self.sqlite_path),
             PICOFLOW_FLOWS=flows,
-            PICOFLOW_SCRIPT=str(script),
+            FILES_FOLDER=str(workdir / "uploads"),
             POWERTOOLS_METRICS_DISABLED="true",
             POWERTOOLS_LOG_LEVEL="WARNING",
             PYTHONUNBUFFERED="1",
+            **extra,
         )
         if cors_allow_origin is not None:
             env["CORS_ALLOW_ORIGIN"] = cors_allow_origin

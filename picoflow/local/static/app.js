@@ -1,7 +1,8 @@
 // The chat page and session inspector of `picoflow serve`.
 //
 // The chat talks to the same HTTP API as any other client (GET /ai/flows, POST /ai/run, POST /ai/end,
-// the session id in the CHAT_SESSION_ID header); the inspector reads the stored session document through
+// the session id in the CHAT_SESSION_ID header; attached files go through POST /ai/files and the upload
+// URL it answers, then their ids ride on the turn); the inspector reads the stored session document through
 // the local-only GET /ai/session after every turn.
 //
 // Safety rule for the whole file: model and user text only ever reaches the page as text nodes
@@ -20,6 +21,7 @@
     flow: $('flow'), newChat: $('new-chat'), status: $('status'),
     configBox: $('config-box'), config: $('config'), configError: $('config-error'),
     transcript: $('transcript'), composer: $('composer'), message: $('message'), send: $('send'),
+    attach: $('attach'), attachInput: $('attach-input'), attached: $('attached'),
     empty: $('inspector-empty'), body: $('inspector-body'), head: $('session-head'), refresh: $('refresh'),
     diagram: $('diagram'), path: $('path'), states: $('states'), memory: $('memory'),
     tokens: $('tokens'), logs: $('logs'), raw: $('raw'), rawBody: $('raw-body'),
@@ -28,7 +30,9 @@
   // `session` is the live session the next turn continues; `inspected` is the one the inspector shows,
   // which outlives `session` when a flow completes (its document stays readable).
   // `toggled` holds the parts of the inspector the reader opened or closed, by key.
-  const state = { session: null, inspected: null, busy: false, turns: 0, doc: null, toggled: new Map() };
+  const state = {
+    session: null, inspected: null, busy: false, turns: 0, doc: null, toggled: new Map(), files: [],
+  };
 
   // -- DOM helpers ----------------------------------------------------------------------------------
 
@@ -365,6 +369,7 @@
     state.busy = busy;
     document.body.dataset.busy = String(busy);
     ui.send.disabled = busy;
+    ui.attach.disabled = busy;
     ui.newChat.disabled = busy;
     lockSessionControls();
   }
@@ -403,8 +408,26 @@
     }
   }
 
+  function showAttached() {
+    ui.attached.textContent = state.files.map((file) => `📎 ${file.name}`).join(', ');
+  }
+
+  /** Uploads one file (POST /ai/files, then a PUT to the URL it answers); its file id, or an error text. */
+  async function uploadFile(file, headers) {
+    const opened = await fetchWithTimeout('/ai/files', {
+      method: 'POST', headers,
+      body: JSON.stringify({ name: file.name, contentType: file.type || 'application/octet-stream', size: file.size }),
+    });
+    const ticket = await opened.json().catch(() => null);
+    if (!opened.ok || !ticket || !ticket.uploadUrl) {
+      return { error: `Upload of ${file.name} refused (${opened.status}): ${(ticket && ticket.message) || ''}` };
+    }
+    const put = await fetchWithTimeout(ticket.uploadUrl, { method: 'PUT', headers: ticket.uploadHeaders, body: file });
+    return put.ok ? { id: ticket.fileId } : { error: `Upload of ${file.name} failed (${put.status}).` };
+  }
+
   async function sendTurn(text) {
-    if (state.busy || !text.trim()) return;
+    if (state.busy || (!text.trim() && !state.files.length)) return;
     if (!ui.flow.value) {
       setStatus('No flow to talk to: GET /ai/flows listed none.', true);
       return;
@@ -417,15 +440,24 @@
       if (!config.ok) return;
       if (config.value) payload.config = config.value;
     }
+    const files = state.files;
+    state.files = [];
+    showAttached();
     ui.message.value = '';
-    userTurn(text);
+    userTurn(files.length ? `${text}${text ? '\n' : ''}${files.map((file) => `📎 ${file.name}`).join('\n')}` : text);
     setBusy(true);
-    setStatus('Waiting for the flow…');
+    setStatus(files.length ? 'Uploading…' : 'Waiting for the flow…');
     const pending = addToTranscript(el('li', { class: 'turn bot pending' }, el('div', { class: 'who' }, 'bot'), '…'));
     let completed = false;
     try {
       const headers = { 'Content-Type': 'application/json' };
       if (state.session) headers[SESSION_HEADER] = state.session;
+      const uploads = [];
+      for (const file of files) uploads.push(await uploadFile(file, headers));
+      const failed = uploads.find((upload) => upload.error);
+      if (failed) throw new Error(failed.error);
+      if (uploads.length) payload.files = uploads.map((upload) => upload.id);
+      setStatus('Waiting for the flow…');
       const response = await fetchWithTimeout('/ai/run', { method: 'POST', headers, body: JSON.stringify(payload) });
       const returned = response.headers.get(SESSION_HEADER);
       const contentType = response.headers.get('Content-Type') || '';
@@ -448,7 +480,7 @@
       setStatus(response.ok ? '' : `HTTP ${response.status}`, !response.ok);
     } catch (error) {
       pending.remove();
-      note(error.name === 'AbortError' ? 'No answer in time.' : `Could not reach the server: ${error.message}`, true);
+      note(error.name === 'AbortError' ? 'No answer in time.' : `Could not send the turn: ${error.message}`, true);
       setStatus('Request failed', true);
     }
     if (completed) {
@@ -912,6 +944,12 @@
       event.preventDefault();
       sendTurn(ui.message.value);
     }
+  });
+  ui.attach.addEventListener('click', () => ui.attachInput.click());
+  ui.attachInput.addEventListener('change', () => {
+    state.files = [...ui.attachInput.files];
+    ui.attachInput.value = '';
+    showAttached();
   });
   ui.newChat.addEventListener('click', newChat);
   ui.refresh.addEventListener('click', refreshInspector);

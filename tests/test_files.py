@@ -1,0 +1,252 @@
+"""Files through the Lambda handler on moto (S3 and DynamoDB): uploads, attachment to a turn, refusals.
+
+Every turn runs InvoiceFlow on its scripted replies; the scripted model records what each call received,
+so a test can compare the image or PDF the model got with the bytes uploaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+import requests
+
+import handlers.api as api
+from picoflow.aws import runtime as aws_runtime
+from picoflow.aws.api import openapi_schema
+from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.errors import PUBLIC_MESSAGES
+from picoflow.files import store as file_store
+from picoflow.files.refs import new_file_id
+from tests.support.files import EXECUTABLE, INVOICE_PDF, INVOICE_PNG, b64, contains_file, invoice_replies
+
+pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+
+BUCKET = "picoflow-files-test"
+MAX_FILE_BYTES = 20_000
+
+
+class FilesApi:
+    def __init__(self, table: Any, s3: Any) -> None:
+        self.table = table
+        self.s3 = s3
+
+    def call(self, path: str, body: Any, *, claims: dict | None = None, session: str | None = None):
+        event = http_event("POST", path, body=body, headers={"CHAT_SESSION_ID": session} if session else None)
+        if claims is not None:
+            event["requestContext"]["authorizer"] = {"jwt": {"claims": claims, "scopes": None}}
+        result = api.lambda_handler(event, FakeLambdaContext())
+        headers = {k.lower(): v for k, v in result.get("headers", {}).items()}
+        return result["statusCode"], headers, result.get("body") or ""
+
+    def open_upload(self, name: str, content_type: str, size: int, **options: Any):
+        status, _, body = self.call("/ai/files", {"name": name, "contentType": content_type, "size": size}, **options)
+        return status, json.loads(body)
+
+    def upload(self, data: bytes, content_type: str = "image/png", name: str = "invoice.png", **options: Any) -> str:
+        status, ticket = self.open_upload(name, content_type, len(data), **options)
+        assert status == 200, ticket
+        assert ticket["expiresIn"] > 0
+        put = requests.put(ticket["uploadUrl"], data=data, headers=ticket["uploadHeaders"], timeout=10)
+        assert put.status_code == 200
+        return ticket["fileId"]
+
+    def run(self, files: list[Any], message: str = "Please extract this invoice.", **options: Any):
+        return self.call("/ai/run", {"flowName": "InvoiceFlow", "message": message, "files": files}, **options)
+
+    def documents(self) -> list[dict[str, Any]]:
+        items = self.table.client.scan(TableName=self.table.name, ConsistentRead=True)["Items"]
+        return [json.loads(zlib.decompress(item["doc"]["B"])) for item in items]
+
+    def objects(self) -> list[str]:
+        return [item["Key"] for item in self.s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+
+    def model_calls(self) -> list[list[Any]]:
+        return aws_runtime.get_runtime().engine.providers.override.calls
+
+
+@pytest.fixture
+def files_api(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[FilesApi]:
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket=BUCKET)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(invoice_replies() * 3))
+    monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
+    monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
+    monkeypatch.setenv("PICOFLOW_FLOWS", "flows.invoice")
+    monkeypatch.setenv("PICOFLOW_SCRIPT", str(script))
+    monkeypatch.setenv("FILES_BUCKET", BUCKET)
+    monkeypatch.setenv("PICOFLOW_MAX_FILE_BYTES", str(MAX_FILE_BYTES))
+    for name in ("FILES_FOLDER", "OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(aws_runtime, "_runtime", None)
+    yield FilesApi(moto_dynamodb, s3)
+    if aws_runtime._runtime is not None:
+        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
+
+
+def _sent_parts(call: list[Any]) -> list[dict[str, Any]]:
+    return [part for message in call if isinstance(message.content, list) for part in message.content
+            if isinstance(part, dict) and part.get("type") in ("image", "file")]
+
+
+def _assert_extracted(status: int, headers: dict[str, str], body: str) -> dict[str, Any]:
+    assert status == 200, body
+    assert headers["content-type"] == "application/json"
+    assert headers["chat_session_id"]
+    record = json.loads(body)
+    assert record["vendor"] == "Evergreen Office Supply"
+    assert record["invoice_number"] == "INV-2041"
+    assert record["arithmetic_ok"] is True
+    assert [item["amount"] for item in record["line_items"]] == [130.0, 148.5, 36.0]
+    return record
+
+
+@pytest.mark.parametrize(("data", "content_type", "part_type"), [
+    (INVOICE_PNG, "image/png", "image"),
+    (INVOICE_PDF, "application/pdf", "file"),
+])
+def test_an_uploaded_file_reaches_the_model_and_the_document_keeps_only_its_reference(
+    files_api, data, content_type, part_type
+):
+    file_id = files_api.upload(data, content_type, name="scans/../invoice")
+
+    status, headers, body = files_api.run([file_id])
+
+    record = _assert_extracted(status, headers, body)
+    assert record["file_name"] == "invoice"
+    # The routing call saw the user's file, and the extraction call the file its step attached to itself.
+    route, _, extract = files_api.model_calls()
+    for call in (route, extract):
+        [part] = _sent_parts(call)
+        assert part["type"] == part_type
+        assert part["mime_type"] == content_type
+        assert base64.b64decode(part["base64"]) == data
+    [doc] = files_api.documents()
+    text = json.dumps(doc)
+    assert not contains_file(text, data)
+    [human] = [m for m in doc["flow"]["memory"]["route"]["messages"] if isinstance(m["content"], list)]
+    assert human["content"][0] == {"type": "text", "text": "Please extract this invoice."}
+    ref = human["content"][1]
+    assert ref["type"] == "file_ref" and ref["id"] == file_id
+    assert ref["contentType"] == content_type and ref["size"] == len(data) and ref["digest"].startswith("sha256:")
+    assert files_api.objects() == [f"uploads/{file_id}"]
+
+
+def test_a_small_inline_file_is_stored_like_an_upload(files_api):
+    inline = {"name": "invoice.png", "contentType": "image/png", "data": b64(INVOICE_PNG)}
+
+    status, headers, body = files_api.run([inline])
+
+    _assert_extracted(status, headers, body)
+    [key] = files_api.objects()
+    assert files_api.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == INVOICE_PNG
+    assert not contains_file(json.dumps(files_api.documents()), INVOICE_PNG)
+
+
+def test_a_signed_in_callers_file_serves_that_caller(files_api):
+    alice = {"sub": "alice"}
+    file_id = files_api.upload(INVOICE_PNG, claims=alice)
+    _assert_extracted(*files_api.run([file_id], claims=alice))
+
+
+def _refused(files_api: FilesApi, answer: tuple[int, dict[str, str], str], status: int, code: str) -> None:
+    got_status, headers, body = answer
+    envelope = json.loads(body)
+    assert (got_status, envelope["code"]) == (status, code), body
+    assert envelope["success"] is False
+    assert envelope["message"] == PUBLIC_MESSAGES[code]
+    assert headers["content-type"] == "application/json"
+    assert files_api.documents() == []
+
+
+def test_an_upload_over_the_size_limit_is_413_before_any_url(files_api):
+    status, body = files_api.open_upload("big.png", "image/png", MAX_FILE_BYTES + 1)
+    assert (status, body["code"]) == (413, "FILE_TOO_LARGE")
+    assert "uploadUrl" not in body
+
+
+def test_an_inline_file_over_the_size_limit_is_413_and_nothing_is_stored(files_api):
+    big = INVOICE_PNG + b"\x00" * MAX_FILE_BYTES
+    _refused(files_api, files_api.run([{"name": "big.png", "contentType": "image/png", "data": b64(big)}]),
+             413, "FILE_TOO_LARGE")
+    assert files_api.objects() == []
+
+
+@pytest.mark.parametrize("content_type", ["image/svg+xml", "application/x-msdownload", "text/html"])
+def test_a_type_outside_the_allow_list_is_415(files_api, content_type):
+    status, body = files_api.open_upload("file", content_type, 100)
+    assert (status, body["code"]) == (415, "FILE_TYPE_NOT_ALLOWED")
+    inline = {"name": "file", "contentType": content_type, "data": b64(INVOICE_PNG)}
+    _refused(files_api, files_api.run([inline]), 415, "FILE_TYPE_NOT_ALLOWED")
+    assert files_api.objects() == []
+
+
+def test_an_executable_renamed_png_is_refused_uploaded_or_inline(files_api):
+    file_id = files_api.upload(EXECUTABLE, "image/png", name="invoice.png")
+    _refused(files_api, files_api.run([file_id]), 415, "FILE_CONTENT_MISMATCH")
+    inline = {"name": "invoice.png", "contentType": "image/png", "data": b64(EXECUTABLE)}
+    _refused(files_api, files_api.run([inline]), 415, "FILE_CONTENT_MISMATCH")
+    assert files_api.objects() == [f"uploads/{file_id}"]
+    assert files_api.model_calls() == []
+
+
+def test_bytes_that_differ_from_the_declared_size_are_refused_on_use(files_api):
+    status, ticket = files_api.open_upload("invoice.png", "image/png", len(INVOICE_PNG) - 1)
+    assert status == 200
+    # S3 itself refuses a PUT whose length differs from the signed one; the check on use does not rely on it.
+    requests.put(ticket["uploadUrl"], data=INVOICE_PNG, headers=ticket["uploadHeaders"], timeout=10)
+    _refused(files_api, files_api.run([ticket["fileId"]]), 415, "FILE_CONTENT_MISMATCH")
+
+
+@pytest.mark.parametrize("runner", [{"sub": "mallory"}, None])
+def test_another_principals_file_is_refused_like_an_unknown_one(files_api, runner):
+    file_id = files_api.upload(INVOICE_PNG, claims={"sub": "alice"})
+    _refused(files_api, files_api.run([file_id], claims=runner), 404, "FILE_NOT_FOUND")
+    assert files_api.model_calls() == []
+
+
+def test_a_file_uploaded_for_a_session_serves_only_that_session(files_api):
+    file_id = files_api.upload(INVOICE_PNG, session="someone-elses-session")
+    _refused(files_api, files_api.run([file_id]), 404, "FILE_NOT_FOUND")
+
+
+def test_an_expired_file_is_refused_like_an_unknown_one(files_api, monkeypatch):
+    file_id = files_api.upload(INVOICE_PNG)
+    later = file_store.time.time() + 2 * 86_400
+    monkeypatch.setattr(file_store.time, "time", lambda: later)
+    _refused(files_api, files_api.run([file_id]), 404, "FILE_NOT_FOUND")
+
+
+@pytest.mark.parametrize("file_id", [new_file_id(), "../../etc/passwd", "uploads/x", "f_" + "A" * 32])
+def test_an_unknown_file_id_is_404(files_api, file_id):
+    _refused(files_api, files_api.run([file_id]), 404, "FILE_NOT_FOUND")
+
+
+def test_more_files_than_the_turn_allows_are_refused_before_any_is_read(files_api):
+    inline = {"name": "invoice.png", "contentType": "image/png", "data": b64(INVOICE_PNG)}
+    _refused(files_api, files_api.run([inline] * 5), 400, "TOO_MANY_FILES")
+    assert files_api.objects() == []
+
+
+def test_inline_data_that_is_not_base64_is_refused(files_api):
+    inline = {"name": "invoice.png", "contentType": "image/png", "data": "not base64!"}
+    _refused(files_api, files_api.run([inline]), 400, "FILE_DATA_INVALID")
+
+
+def test_without_a_file_store_the_api_refuses_files(files_api, monkeypatch):
+    monkeypatch.delenv("FILES_BUCKET")
+    status, body = files_api.open_upload("invoice.png", "image/png", 100)
+    assert (status, body["code"]) == (400, "FILES_DISABLED")
+    _refused(files_api, files_api.run([new_file_id()]), 400, "FILES_DISABLED")
+
+
+def test_the_routes_are_in_the_openapi_document():
+    schema = openapi_schema()
+    assert "/ai/files" in schema["paths"]
+    assert "files" in schema["components"]["schemas"]["RunRequest"]["properties"]
