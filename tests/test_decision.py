@@ -30,6 +30,7 @@ from picoflow import (
     ScriptedDecisionProvider,
     Step,
     ToolSpec,
+    direct,
     direct_to,
     finish,
     go,
@@ -1087,3 +1088,110 @@ async def test_a_decision_reply_keyed_by_purpose_or_step_answers_the_decision_ca
     assert chat.purposes == ["chat", "chat", "decision", "chat"]
     router = next(s for s in (await stored(engine, first.session))["flow"]["steps"] if s["name"] == "Router")
     assert router["state"]["route"] == "specialist"
+
+
+# -- an error handler that answers from its own step -------------------------------------------------------
+
+HANDOFF = "A support agent will follow up by email."
+
+
+class Stalled:
+    """A decision service that never answers within the step's timeout."""
+
+    def __init__(self) -> None:
+        self.requests: list[DecisionRequest] = []
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult:
+        self.requests.append(request)
+        await asyncio.sleep(5)
+        raise AssertionError("the timeout cancels the call first")
+
+
+class HandoffStep(IntakeStep):
+    """Hands off from its error handler and stays where it is, with direct_to itself or direct()."""
+
+    id = "IntakeStep"
+    reply: str = "direct_to"
+
+    def config_decision(self) -> dict[str, Any]:
+        return {"timeout_ms": 50}
+
+    async def on_decision_error(self, error: Exception, context: DecisionErrorContext) -> Any:
+        IntakeStep.errors.append((error, context))
+        if HandoffStep.reply == "direct_to":
+            return direct_to(HandoffStep, HANDOFF)
+        if HandoffStep.reply == "direct":
+            return direct(HANDOFF)
+        return None
+
+
+class HandoffFlow(SupportFlow):
+    def define_steps(self) -> list[Step]:
+        return [HandoffStep(self), QuickStep(self), SpecialistStep(self)]
+
+    async def on_decision_error(self, error: Exception, context: DecisionErrorContext) -> Any:
+        SupportFlow.flow_errors.append(error)
+        return direct_to(HandoffStep, HANDOFF)
+
+
+def failing_service(kind: str) -> Any:
+    if kind == "timeout":
+        return Stalled()
+    entry = RuntimeError("decision service down") if kind == "failure" else {"route": "quick"}
+    return ScriptedDecisionProvider([entry] * 2)
+
+
+FAILURE_ERRORS = {"timeout": TimeoutError, "failure": RuntimeError, "garbage": DecisionValidationError}
+
+
+@pytest.mark.parametrize("reply", ["direct_to", "direct", "flow"])
+@pytest.mark.parametrize("kind", list(FAILURE_ERRORS))
+async def test_an_error_handler_answers_and_keeps_the_cursor_on_its_own_step(kind: str, reply: str):
+    HandoffStep.reply = reply
+    engine, chat = decision_engine([HandoffFlow], failing_service(kind))
+
+    first = await engine.run("HandoffFlow", "My invoice is wrong")
+    second = await engine.run("HandoffFlow", "Still waiting", first.session)
+
+    for response in (first, second):
+        assert (response.success, response.completed, response.message) == (True, False, HANDOFF)
+    assert second.session == first.session and chat.calls == []
+    handled = SupportFlow.flow_errors if reply == "flow" else [error for error, _ in IntakeStep.errors]
+    assert [type(error) for error in handled] == [FAILURE_ERRORS[kind]] * 2
+    doc = await stored(engine, first.session)
+    assert (doc["runStatus"], doc["flow"]["currentStep"]) == ("running", "IntakeStep")
+    assert doc["error"] == []
+    intake = doc["flow"]["memory"]["IntakeStep"]["messages"]
+    assert [message["content"] for message in intake if message["type"] == "ai"] == [HANDOFF] * 2
+
+
+class FailingHandlerStep(HandoffStep):
+    id = "IntakeStep"
+
+    async def on_decision_error(self, error: Exception, context: DecisionErrorContext) -> Any:
+        raise LookupError("no agent on duty")
+
+
+class FailingHandlerFlow(SupportFlow):
+    def define_steps(self) -> list[Step]:
+        return [FailingHandlerStep(self), QuickStep(self), SpecialistStep(self)]
+
+
+@pytest.mark.parametrize("kind", list(FAILURE_ERRORS))
+async def test_a_failing_error_handler_leaves_the_decision_error_in_the_log_without_its_text(kind: str, caplog):
+    engine, _ = decision_engine([FailingHandlerFlow], failing_service(kind))
+
+    with caplog.at_level("ERROR", logger="picoflow"):
+        response = await engine.run("FailingHandlerFlow", "My invoice is wrong")
+
+    assert (response.success, response.error_code) == (False, "TURN_FAILED")
+    assert "no agent on duty" in response.detail and "decision service down" not in response.detail
+    doc = await stored(engine, response.session)
+    logged = next(entry for entry in doc["error"] if entry["message"] == "decision error handler failed")
+    assert (logged["step"], logged["decisionErrorType"], logged["handlerErrorType"]) == (
+        "IntakeStep", FAILURE_ERRORS[kind].__name__, "LookupError"
+    )
+    assert doc["error"][-1]["errorType"] == "LookupError"
+    (record,) = [r for r in caplog.records if r.getMessage() == "Decision error handler failed"]
+    assert record.decisionErrorType == FAILURE_ERRORS[kind].__name__
+    assert "decision service down" not in json.dumps(doc["error"])

@@ -19,6 +19,7 @@ from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.aws.discovery import DECISION_PROVIDERS_VARIABLE, load_decision_providers
 from picoflow.local.cli import main
 from picoflow.local.serve import LambdaHTTPServer, make_server
+from tests.support.decision_flows import HANDOFF
 from tests.support.keyword_decisions import READY, KeywordDecider
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -114,6 +115,32 @@ def test_a_decision_step_answers_and_keeps_the_cursor_turn_after_turn(serve):
     doc = stored(session)
     assert doc["flow"]["currentStep"] == "SearchStep"
     assert [item["stepName"] for item in doc["flow"]["sequence"]] == ["RouterStep", "SearchStep"]
+
+
+def test_a_decision_service_outage_is_handed_off_from_the_router_which_keeps_the_cursor(serve):
+    script = [
+        {"for": "decision", "delay": 2, **route("search")},  # past the router's 300 ms timeout
+        {"for": "decision", "error": "decision service down", "status": 500},
+        {"for": "decision", "content": "not the requested structure"},
+        {"for": "decision", **route("notice")},
+    ]
+    url = serve("tests.support.decision_flows", script)
+
+    status, first = run(url, "GuardedRouterFlow", "Where is my refund?")
+    session = first["session"]
+    for message in ("Any update?", "Hello?"):
+        assert (status, first["success"], first["message"]) == (200, True, HANDOFF)
+        doc = stored(session)
+        assert (doc["runStatus"], doc["flow"]["currentStep"]) == ("running", "GuardedRouterStep")
+        status, first = run(url, "GuardedRouterFlow", message, session)
+    assert (status, first["message"]) == (200, HANDOFF)
+
+    status, last = run(url, "GuardedRouterFlow", "Any news now?", session)
+    assert (status, last["message"]) == (200, "No news yet (decision 1).")
+    doc = stored(session)
+    assert (doc["runStatus"], doc["flow"]["currentStep"], doc["error"]) == ("running", "GuardedRouterStep", [])
+    state = next(step for step in doc["flow"]["steps"] if step["name"] == "GuardedRouterStep")["state"]
+    assert state["unavailable"] == ["TimeoutError", "ScriptedModelError", "DecisionValidationError"]
 
 
 # -- a decision provider chosen by configuration -------------------------------------------------------

@@ -26,6 +26,7 @@ from picoflow.decision import (
 from picoflow.decision_step import DecisionStep
 from picoflow.errors import DecisionValidationError, ParallelCancelledError, PicoFlowError
 from picoflow.execution import cancellation_signal
+from picoflow.logger import library_log
 from picoflow.protocols import Runtime
 from picoflow.recovery import is_transient_error
 from picoflow.session.document import DecisionUsage, SessionDoc, TokenUsage
@@ -172,13 +173,26 @@ def _attempt_timeout(timeout_ms: int | None) -> float | None:
 
 
 async def _recover(step: DecisionStep, error: Exception, context: DecisionErrorContext) -> Transition:
-    with handling(step, None):
-        answer = await step.on_decision_error(error, context)
-        if answer is None:
-            answer = await step.flow.on_decision_error(error, context)
-    if answer is None:
+    try:
+        with handling(step, None):
+            answer = await step.on_decision_error(error, context)
+            if answer is None:
+                answer = await step.flow.on_decision_error(error, context)
+        transition = None if answer is None else _route(step, answer, "on_decision_error()")
+    except Exception as handler_error:
+        # The turn fails with the handler's error; the decision failure that started it would be lost otherwise.
+        _log_unrecovered(step, error, handler_error)
+        raise
+    if transition is None:
         raise error
-    return _route(step, answer, "on_decision_error()")
+    return transition
+
+
+def _log_unrecovered(step: DecisionStep, error: Exception, handler_error: Exception) -> None:
+    """Record a decision failure whose error handler failed in turn: types only, its text may quote the user."""
+    types = {"decisionErrorType": type(error).__name__, "handlerErrorType": type(handler_error).__name__}
+    step.flow.logger.error("decision error handler failed", step=step.id, **types)
+    library_log.error("Decision error handler failed", extra={"step": step.id, **types})
 
 
 def _route(step: DecisionStep, result: Any, hook: str) -> Transition:

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from picoflow import Choice, DecisionContext, DecisionStep, Flow, ModelSelection, Step, direct, direct_to, go
+from picoflow import (
+    Choice,
+    DecisionContext,
+    DecisionErrorContext,
+    DecisionStep,
+    Flow,
+    ModelSelection,
+    Step,
+    direct,
+    direct_to,
+    go,
+)
 
 ROUTE = Choice(criteria={
     "review": "Show the saved criteria without searching",
@@ -41,3 +52,25 @@ class RouterFlow(Flow):
 
     def define_steps(self) -> list[Step]:
         return [RouterStep(self).use_memory("router"), SearchStep(self).use_memory("router")]
+
+
+HANDOFF = "A support agent will follow up by email."
+
+
+class GuardedRouterStep(RouterStep):
+    """A router whose decision service may time out, fail or answer garbage: it then hands off and stays."""
+
+    def config_decision(self) -> dict[str, Any]:
+        return {"timeoutMs": 300}
+
+    async def on_decision_error(self, error: Exception, context: DecisionErrorContext) -> Any:
+        self.save_state({"unavailable": [*(self.get_state("unavailable") or []), type(error).__name__]})
+        return direct_to(GuardedRouterStep, HANDOFF)
+
+
+class GuardedRouterFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return ModelSelection(provider="openai", name="gpt-4o-mini")
+
+    def define_steps(self) -> list[Step]:
+        return [GuardedRouterStep(self).use_memory("router"), SearchStep(self).use_memory("router")]
