@@ -104,7 +104,12 @@ class ChoiceAnswer(_Answer):
 
 class ScoreAnswer(_Answer):
     """A position from 0 to the last level (possibly fractional), its nearest level's criterion as ``legend``,
-    a probability per level and the confidence."""
+    a probability per level and the confidence.
+
+    A provider may leave ``legend`` out (the nearest level's criterion is filled in), or answer in the documented
+    shape: ``probabilities`` keyed by level and ``legend`` a mapping from level to criterion. Either way the
+    step receives this shape.
+    """
 
     type: Literal["score"] = "score"
     score: float
@@ -138,16 +143,19 @@ def validate_answers(questions: Mapping[str, Question], answers: Any) -> dict[st
 
 
 def _validate_answer(name: str, question: Question, raw: Any) -> Answer:
+    def fail(problem: str) -> DecisionValidationError:
+        return DecisionValidationError(f"Answer '{name}' ({question.type}): {problem}.")
+
     if isinstance(raw, BaseModel):
-        raw = raw.model_dump()
+        # Only what the provider set: a ScoreAnswer built without a legend gets the nearest level's criterion.
+        raw = raw.model_dump(exclude_unset=True)
+    if isinstance(question, Score) and isinstance(raw, Mapping):
+        raw = _score_in_our_shape(raw, question, fail)
     try:
         answer = _ANSWER_TYPES[question.type].model_validate(raw)
     except ValidationError as exc:
         problem = validation_problems(exc, "answer", first_only=True)
         raise DecisionValidationError(f"Answer '{name}' is not a {question.type} answer ({problem}).") from exc
-
-    def fail(problem: str) -> DecisionValidationError:
-        return DecisionValidationError(f"Answer '{name}' ({question.type}): {problem}.")
 
     if isinstance(answer, NoulAnswer):
         if not _is_probability(answer.noul):
@@ -171,11 +179,56 @@ def _validate_answer(name: str, question: Question, raw: Any) -> Answer:
         raise fail(f"probabilities must have one entry per level ({len(question.criteria)})")
     _check_distribution(answer.probabilities, fail)
     legend = question.criteria[nearest_level(answer.score, last)]
-    if "legend" not in answer.model_fields_set:
+    if "legend" not in answer.model_fields_set or answer.legend is None:
         return answer.model_copy(update={"legend": legend})
     if answer.legend != legend:
         raise fail(f"legend {answer.legend!r} is not the criterion of the nearest level, {legend!r}")
     return answer
+
+
+def _score_in_our_shape(raw: Mapping[str, Any], question: Score, fail: Any) -> dict[str, Any]:
+    """Accept the documented score answer too: probabilities keyed by level, a legend from level to criterion.
+
+    Levels may be ints or their decimal strings (JSON object keys). The legend mapping must agree with the
+    criteria and name the nearest level; it becomes that level's criterion, as in every ``ScoreAnswer``.
+    """
+    answer = dict(raw)
+    probabilities = answer.get("probabilities")
+    if isinstance(probabilities, Mapping):
+        by_level = _by_level(probabilities, len(question.criteria), "probabilities", fail)
+        if set(by_level) != set(range(len(question.criteria))):
+            raise fail(f"probabilities must have one entry per level ({len(question.criteria)})")
+        answer["probabilities"] = [by_level[level] for level in range(len(question.criteria))]
+    legend = answer.get("legend")
+    score = answer.get("score")
+    if isinstance(legend, Mapping) and isinstance(score, int | float) and not isinstance(score, bool):
+        levels = _by_level(legend, len(question.criteria), "legend", fail)
+        wrong = sorted(level for level, text in levels.items() if text != question.criteria[level])
+        if wrong:
+            raise fail(f"legend level {wrong[0]} is not that level's criterion, {question.criteria[wrong[0]]!r}")
+        last = len(question.criteria) - 1
+        if not 0 <= score <= last:
+            answer.pop("legend")  # the score's own range check reports this answer
+            return answer
+        nearest = nearest_level(score, last)
+        if nearest not in levels:
+            raise fail(f"legend must name level {nearest}, the level nearest to the score")
+        answer["legend"] = question.criteria[nearest]
+    return answer
+
+
+def _by_level(values: Mapping[Any, Any], count: int, field: str, fail: Any) -> dict[int, Any]:
+    by_level: dict[int, Any] = {}
+    for key, value in values.items():
+        level = key if isinstance(key, int) and not isinstance(key, bool) else None
+        if isinstance(key, str) and key.isdecimal():
+            level = int(key)
+        if level is None or not 0 <= level < count:
+            raise fail(f"{field} key {key!r} is not a level from 0 to {count - 1}")
+        if level in by_level:
+            raise fail(f"{field} names level {level} twice")
+        by_level[level] = value
+    return by_level
 
 
 def nearest_level(score: float, last: int) -> int:

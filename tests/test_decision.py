@@ -27,6 +27,7 @@ from picoflow import (
     Noul,
     PicoFlowError,
     Score,
+    ScoreAnswer,
     ScriptedDecisionProvider,
     Step,
     ToolSpec,
@@ -487,6 +488,10 @@ INVALID_ANSWERS = {
     "negative score": invalid(urgency__score=-0.1),
     "one probability per level": invalid(urgency__probabilities=[0.5, 0.5]),
     "wrong legend": invalid(urgency__legend="Soon"),
+    "legend by level names another criterion": invalid(urgency__legend={"0": "Soon"}),
+    "legend by level misses the nearest level": invalid(urgency__legend={"1": "Soon"}),
+    "probabilities by level miss a level": invalid(urgency__probabilities={"0": 0.7, "1": 0.3}),
+    "probabilities by level name no level": invalid(urgency__probabilities={"0": 0.7, "1": 0.2, "3": 0.1}),
     "answer of the wrong type": invalid(blocked=choice("quick", quick=0.8, specialist=0.2)),
     "missing answer": invalid(urgency=None),
     "unknown question": {**answers(), "extra": {"noul": 0.5}},
@@ -522,6 +527,28 @@ async def test_valid_edge_answers_are_accepted():
     assert response.success, response.message
     (received, _), = IntakeStep.seen
     assert received["urgency"].legend == "Right now" and received["blocked"].noul == 1.0
+
+
+SCORE_SHAPES = {
+    "json keys": {"score": 0.4, "probabilities": {"0": 0.7, "1": 0.2, "2": 0.1}, "confidence": 0.7,
+                  "legend": {"0": "Can wait", "1": "Soon", "2": "Right now"}},
+    "int keys, nearest level only": {"score": 0.4, "probabilities": {2: 0.1, 0: 0.7, 1: 0.2}, "confidence": 0.7,
+                                     "legend": {0: "Can wait"}},
+    "typed, no legend": ScoreAnswer(score=0.4, probabilities=[0.7, 0.2, 0.1], confidence=0.7),
+    "typed, legend None": ScoreAnswer(score=0.4, probabilities=[0.7, 0.2, 0.1], confidence=0.7, legend=None),
+}
+
+
+@pytest.mark.parametrize("urgency", list(SCORE_SHAPES.values()), ids=list(SCORE_SHAPES))
+async def test_score_answers_built_in_python_or_in_the_documented_shape_are_accepted(urgency: Any):
+    engine, _ = decision_engine([SupportFlow], ScriptedDecisionProvider([{**answers(), "urgency": urgency}]))
+
+    response = await engine.run("SupportFlow", "Hello")
+
+    assert response.success, response.message
+    (received, _), = IntakeStep.seen
+    assert received["urgency"] == ScoreAnswer(score=0.4, probabilities=[0.7, 0.2, 0.1], confidence=0.7,
+                                              legend="Can wait")
 
 
 # -- failures, retries and recovery -------------------------------------------------------------------
