@@ -220,6 +220,11 @@ class Step:
         """The whole durable state, or one dotted path in it."""
         return read_path(self._state, path)
 
+    def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
+        """Another registered step's state, by class or name: the whole state, or the value at ``key`` (a dotted
+        path; None when absent). The flow reads it, so a parallel worker sees its snapshot."""
+        return self.flow.get_step_state(step_cls, key)
+
     def remove_state(self, key: str) -> None:
         self.flow._view().record_write(self, [key])
         self._state.pop(key, None)

@@ -22,6 +22,7 @@ from picoflow import (
     Flow,
     FlowEngine,
     HumanMessageEx,
+    LogicStep,
     MemorySessionStore,
     ModelSelection,
     Noul,
@@ -1222,3 +1223,42 @@ async def test_a_failing_error_handler_leaves_the_decision_error_in_the_log_with
     (record,) = [r for r in caplog.records if r.getMessage() == "Decision error handler failed"]
     assert record.decisionErrorType == FAILURE_ERRORS[kind].__name__
     assert "decision service down" not in json.dumps(doc["error"])
+
+
+# -- reading another step's state from a step ----------------------------------------------------------------
+
+
+class TriageReaderStep(LogicStep):
+    """Reads the intake's state from the step, by class, by name, whole and by key, as the original's judge does."""
+
+    async def run_logic(self) -> Any:
+        read = {
+            "route": self.get_step_state(IntakeStep, "route"),
+            "missing": self.get_step_state("IntakeStep", "outcome"),
+            "whole": {key: value for key, value in self.get_step_state(IntakeStep).items() if key != "_saveOn"},
+        }
+        return direct_to(TriageReaderStep, json.dumps(read))
+
+
+class TriageReadingStep(IntakeStep):
+    id = "IntakeStep"
+
+    async def on_decision(self, answers: dict[str, Any], context: DecisionContext) -> Any:
+        await super().on_decision(answers, context)
+        return go(TriageReaderStep)
+
+
+class TriageReadingFlow(SupportFlow):
+    def define_steps(self) -> list[Step]:
+        return [TriageReadingStep(self), TriageReaderStep(self), QuickStep(self), SpecialistStep(self)]
+
+
+async def test_a_step_reads_another_steps_state_whole_or_by_key():
+    engine, _ = decision_engine([TriageReadingFlow], ScriptedDecisionProvider([answers("quick", blocked=0.25)]))
+
+    response = await engine.run("TriageReadingFlow", "Hello")
+
+    assert response.success, response.message
+    assert json.loads(response.message) == {
+        "route": "quick", "missing": None, "whole": {"route": "quick", "blocked": 0.25},
+    }
