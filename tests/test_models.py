@@ -8,6 +8,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel
 
+from picoflow import Flow, FlowEngine, MemorySessionStore, Step
 from picoflow.errors import PicoFlowError, ScriptedModelError
 from picoflow.models.common import CLIENT_RETRIES
 from picoflow.models.context import model_call_for
@@ -103,8 +104,8 @@ def test_validate_delegates_to_the_provider() -> None:
     registry = ProviderRegistry([OpenAIProvider(api_key="k")])
 
     registry.validate(ModelSelection(provider="openai", name="gpt-4o", params={"temperature": 0.2}))
-    with pytest.raises(PicoFlowError, match="Unknown built-in model 'openai:gpt-9-turbo'"):
-        registry.validate(ModelSelection(provider="openai", name="gpt-9-turbo"))
+    with pytest.raises(PicoFlowError, match="Model 'openai:gpt-4o' does not accept parameter"):
+        registry.validate(ModelSelection(provider="openai", name="gpt-4o", params={"reasoning_effort": "low"}))
 
 
 def test_chat_models_are_cached_per_distinct_selection() -> None:
@@ -171,7 +172,10 @@ def test_default_registry_uses_picoflow_script_as_override(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("selection", "message"),
     [
-        (ModelSelection(provider="openai", name="gpt-9"), "Unknown built-in model 'openai:gpt-9'"),
+        # A name the catalog does not list is checked as its family: gpt-5*/o* are reasoning models.
+        (ModelSelection(provider="openai", name="gpt-5.9-nova", params={"temperature": 0.2}), "temperature"),
+        (ModelSelection(provider="openai", name="o9-mini", params={"seed": 1}), r"does not accept parameter\(s\) seed"),
+        (ModelSelection(provider="openai", name="gpt-4.9", params={"reasoning_effort": "low"}), "reasoning_effort"),
         (
             ModelSelection(provider="openai", name="gpt-5", params={"temperature": 0.2}),
             "Model 'openai:gpt-5' does not support temperature.",
@@ -530,3 +534,59 @@ def test_bad_scripts_are_refused_up_front(tmp_path: Path) -> None:
         ScriptedProvider([{"content": "x", "for": "summary", "step": "ChatStep"}])
     with pytest.raises(PicoFlowError, match="judge calls belong to no step"):
         ScriptedProvider([{"content": "x", "for": "judge", "step": "ChatStep"}])
+
+
+# -- model names the catalog does not list ----------------------------------------------------------------
+
+
+class AnswerStep(Step):
+    def get_prompt(self) -> str:
+        return "Answer briefly."
+
+
+def _flow_on(selection: ModelSelection) -> type[Flow]:
+    class SelectedFlow(Flow):
+        def config_model(self) -> ModelSelection:
+            return selection
+
+        def define_steps(self) -> list[Step]:
+            return [AnswerStep(self)]
+
+    SelectedFlow.id = f"On_{selection.name.replace('.', '_').replace('-', '_')}"
+    return SelectedFlow
+
+
+def _unlisted_warnings(caplog: pytest.LogCaptureFixture, label: str) -> list[str]:
+    messages = [record.getMessage() for record in caplog.records]
+    return [message for message in messages if "not in OPENAI_MODELS" in message and label in message]
+
+
+@pytest.mark.parametrize(("name", "warnings"), [("gpt-5.6-luna", 0), ("gpt-5.7-unlisted-preview", 1)])
+async def test_a_listed_or_unlisted_openai_model_registers_and_runs_scripted(
+    name: str, warnings: int, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "First."}, {"content": "Second."}]), encoding="utf-8")
+    selection = ModelSelection(provider="openai", name=name, params={"reasoning": {"effort": "low"}}, retry_attempts=2)
+    flow = _flow_on(selection)
+
+    with caplog.at_level("WARNING", logger="picoflow"):
+        engine = FlowEngine(flows=[flow], session_store=MemorySessionStore(),
+                            providers=default_registry({"PICOFLOW_SCRIPT": str(script)}))
+        first = await engine.run(flow.id, "Hello")
+        second = await engine.run(flow.id, "Again", first.session)
+        FlowEngine(flows=[flow], session_store=MemorySessionStore(), providers=default_registry({}))
+
+    assert (first.message, second.message) == ("First.", "Second.")
+    assert len(_unlisted_warnings(caplog, f"openai:{name}")) == warnings
+    # The family's rules still hold for a name the catalog does not list.
+    with pytest.raises(PicoFlowError, match="does not support temperature"):
+        FlowEngine(flows=[_flow_on(selection.model_copy(update={"params": {"temperature": 0.2}}))],
+                   session_store=MemorySessionStore(), providers=default_registry({}))
+
+
+def test_an_unknown_provider_fails_when_the_flow_is_registered() -> None:
+    flow = _flow_on(ModelSelection(provider="opneai", name="gpt-5.6-luna"))
+
+    with pytest.raises(PicoFlowError, match="model provider 'opneai' is not registered"):
+        FlowEngine(flows=[flow], session_store=MemorySessionStore(), providers=default_registry({}))

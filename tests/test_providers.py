@@ -625,7 +625,8 @@ def _pick(provider: str, name: str, **params: Any) -> ModelSelection:
         (_pick("zai", "glm-4.6", temperature=2.5), "from 0 to 2"),
         (_pick("azure-openai", "prod", azure_deployment="x"), "deployment"),
         (_pick("ollama", "llama3.2", max_tokens=0), "positive integer"),
-        (_pick("openai", "gpt-9"), "Unknown built-in model"),
+        (_pick("openai", "gpt-5.9", temperature=0.5), "does not support temperature"),
+        (_pick("opneai", "gpt-4o"), "model provider 'opneai' is not registered"),  # a wrong provider still fails
         (_pick("anthropic", "claude-sonnet-4-5", temperature=1.5), "from 0 to 1"),
         (_pick("anthropic", "claude-sonnet-4-5", top_k=0), "positive integer"),
         (_pick("anthropic", "claude-sonnet-4-5", thinking=True), "thinking must be an object"),

@@ -10,6 +10,7 @@ import email.utils
 import functools
 import os
 import re
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
 from picoflow.files.refs import IMAGE_TYPES, KNOWN_TYPES
+from picoflow.logger import library_log
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -49,12 +51,13 @@ OPENAI_MODELS: dict[str, frozenset[str]] = {
     "gpt-5-mini": _REASONING_PARAMS,
     "gpt-5-nano": _REASONING_PARAMS,
     "gpt-5.1": _REASONING_PARAMS,
+    "gpt-5.6-luna": _REASONING_PARAMS,
     "o3": _REASONING_PARAMS,
     "o3-mini": _REASONING_PARAMS,
     "o4-mini": _REASONING_PARAMS,
 }
-"""Model names the ``openai`` provider accepts (a dated snapshot such as ``gpt-4o-2024-08-06`` too), with
-the parameters each takes."""
+"""Model names the ``openai`` provider knows (a dated snapshot such as ``gpt-4o-2024-08-06`` too), with the
+parameters each takes. A name it does not list is still served, with a warning (see ``_catalog_params``)."""
 
 REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high"})
 
@@ -116,8 +119,9 @@ class OpenAIProvider(ModelProvider):
     the endpoint from ``base_url``, the member's endpoint variable or its default; both are read from
     ``environ`` (the process environment by default) when a model is built.
 
-    Under the built-in name ``openai`` only the models of ``OPENAI_MODELS`` are accepted; every other
-    member accepts any model name and only the parameters are checked.
+    Under the built-in name ``openai`` the parameters of the models in ``OPENAI_MODELS`` are checked against
+    the catalog, and a name it does not list is served with a warning; every other member accepts any model
+    name and only the parameters' values are checked.
     """
 
     def __init__(
@@ -140,7 +144,7 @@ class OpenAIProvider(ModelProvider):
         self._environ = environ
 
     def validate(self, selection: ModelSelection) -> None:
-        """Reject an uncataloged built-in model, an unknown or reserved parameter, or a bad parameter value."""
+        """Reject an unknown or reserved parameter, or a bad parameter value; warn once of an unlisted model."""
         label = f"{selection.provider}:{selection.name}"
         params = selection.params
         check_reserved(label, params)
@@ -284,14 +288,29 @@ def _with_bare_host_path(url: str, path: str) -> str:
     return url
 
 
+_warned_unlisted: set[str] = set()
+_warned_lock = threading.Lock()
+
+
 def _catalog_params(label: str, model_name: str) -> frozenset[str]:
+    """The parameters a model accepts: its catalog entry, or for a name the catalog does not list (providers
+    ship new models every month), those of the family its name suggests, with one warning per name."""
     accepted = OPENAI_MODELS.get(_SNAPSHOT_SUFFIX.sub("", model_name))
-    if accepted is None:
-        raise PicoFlowError(
-            f"Unknown built-in model '{label}'. Add it to OPENAI_MODELS before selecting it, "
-            "or register an OpenAIProvider under another name for an uncataloged model."
+    if accepted is not None:
+        return accepted
+    with _warned_lock:
+        first = label not in _warned_unlisted
+        _warned_unlisted.add(label)
+    if first:
+        library_log.warning(
+            "Model %s is not in OPENAI_MODELS: it is passed to the provider as named, with its pricing and "
+            "capabilities unknown and its parameters checked as for the family its name suggests.",
+            label,
+            extra={"model": label},
         )
-    return accepted
+    if _REASONING_NAME.match(model_name):
+        return _REASONING_PARAMS
+    return _CHAT_PARAMS if model_name.lower().startswith("gpt") else _CHAT_PARAMS | _REASONING_PARAMS
 
 
 def _check_values(label: str, model_name: str, params: dict[str, Any]) -> None:
