@@ -130,7 +130,11 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
 def _deliver_direct(flow: Flow, transition: Transition) -> str:
     if transition.finish:
         flow.mark_completed()
-    flow.get_executing_step().get_memory().append(transition.message)
+    step = flow.get_executing_step()
+    if transition.message.id is None:
+        # finish(text) returned outside a handler: the answer belongs to the step that finished
+        transition.message.id = gen_message_id(step)
+    step.get_memory().append(transition.message)
     return content_text(transition.message.content)
 
 
