@@ -131,11 +131,12 @@ def _deliver_direct(flow: Flow, transition: Transition) -> str:
     if transition.finish:
         flow.mark_completed()
     step = flow.get_executing_step()
-    if transition.message.id is None:
-        # finish(text) returned outside a handler: the answer belongs to the step that finished
-        transition.message.id = gen_message_id(step)
-    step.get_memory().append(transition.message)
-    return content_text(transition.message.content)
+    message = transition.message
+    if message.id is None:
+        # finish(text) made outside a handler (possibly once, for reuse): a copy belongs to the step that finished
+        message = message.model_copy(update={"id": gen_message_id(step)})
+    step.get_memory().append(message)
+    return content_text(message.content)
 
 
 class _Reply(str):
