@@ -1,8 +1,9 @@
 """The failure policy of a turn: what keeps the session, what aborts it, and what a client may read.
 
 Transient failures (the model, the store, the deadline) leave the stored document as the request found it
-(or as a restore hook migrated it, which the answer then says) and answer a retryable code; only a defect in flow code aborts the session, unless the flow keeps it. No
-response ever carries exception text: every failure is a fixed sentence per code plus a request id.
+(or as a restore hook migrated it, which the answer then says) and answer a retryable code; only a defect in
+flow code aborts the session, unless the flow keeps it. No response ever carries exception text: every failure
+is a fixed sentence per code plus a request id.
 """
 
 from __future__ import annotations
