@@ -181,7 +181,7 @@ def report(runs: list[Run], checkpoints: list[int]) -> str:
         f"({framework_ratio:.2f}x framework-only; means of the {WINDOW} turns up to each checkpoint), and the "
         f"stored document is {size_ratio:.2f}x its size (goal: a turn's cost does not grow with the conversation, "
         f"at most {GOAL}x: {'met' if met else 'NOT met'}). Every turn records a tool call and answers; about one "
-        "turn in three also folds older messages into the rolling summary (one more model call, the scripted "
+        "turn in two also folds older messages into the rolling summary (one more model call, the scripted "
         "summary model), so single turns come in two sizes and the table gives the median and the mean of the "
         f"{WINDOW} turns up to each checkpoint. CPU is `time.process_time()` of the whole process; model calls are "
         "metered around the scripted chat models (which copy each request, as the test double does). Both stores "

@@ -35,8 +35,9 @@ _SUMMARY_INSTRUCTION = (
 class SummaryConfig:
     """When a namespace is compacted and how many of its newest messages are kept verbatim.
 
-    ``min_messages`` is the number of non-system messages a namespace may hold before it is
-    compacted; ``recent_messages`` is how many of the newest ones survive a compaction unchanged.
+    A namespace is compacted once its history, the system slot at index 0 included, has reached
+    ``min_messages`` messages; ``recent_messages`` is how many of the newest ones survive a compaction
+    unchanged.
     """
 
     min_messages: int = DEFAULT_SUMMARY_MIN_MESSAGES
@@ -203,13 +204,13 @@ async def compact_history(
 ) -> CompactionResult | None:
     """Fold the older messages of one namespace into its rolling summary.
 
-    Returns None when the namespace holds no more than ``config.min_messages`` non-system messages
-    (unless ``force``) or when no cut can keep tool calls together with their results. Errors of
+    Returns None when the namespace holds fewer than ``config.min_messages`` messages, its system slot
+    counted (unless ``force``), or when no cut can keep tool calls together with their results. Errors of
     the summary model propagate; an empty summary raises ``CompactionError``.
     """
     if len(messages) <= 1:
         return None
-    if not force and len(messages) - 1 <= config.min_messages:
+    if not force and len(messages) < config.min_messages:
         return None
     cut = choose_cut(messages, config.recent_messages)
     if cut <= 1:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
@@ -14,16 +13,45 @@ from picoflow.messages import CONTINUE_PREFIX, EMPTY_RESPONSE_NUDGE, OPENER_TEXT
 DEFAULT_MAX_PRIOR_REQUESTS = 4
 
 
-@dataclass(frozen=True)
-class DecisionConversation:
-    """The newest human request of a namespace and up to N earlier ones, oldest first."""
+class DecisionConversation(dict[str, Any]):
+    """The newest human request of a namespace and up to N earlier ones, oldest first.
 
-    request: str = ""
-    prior_requests: tuple[str, ...] = ()
+    It is the read-only mapping ``{"request": ..., "priorRequests": [...]}``, so ``json.dumps`` and a prompt's
+    placeholder both give that JSON as it is; ``request`` and ``prior_requests`` read the same values.
+    """
+
+    def __init__(self, request: str = "", prior_requests: Iterable[str] = ()) -> None:
+        super().__init__(request=request, priorRequests=tuple(prior_requests))
+
+    @property
+    def request(self) -> str:
+        """The newest human request, ``""`` when there is none."""
+        return self["request"]
+
+    @property
+    def prior_requests(self) -> tuple[str, ...]:
+        """The earlier human requests, oldest first."""
+        return self["priorRequests"]
 
     def as_state(self) -> dict[str, Any]:
         """The framework-owned part of a decision's input state."""
         return {"request": self.request, "priorRequests": list(self.prior_requests)}
+
+    def __repr__(self) -> str:
+        return f"DecisionConversation(request={self.request!r}, prior_requests={self.prior_requests!r})"
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash((self.request, self.prior_requests))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copies and pickles are rebuilt through __init__, never by writing items into a read-only mapping.
+        return (type(self), (self.request, self.prior_requests))
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("A DecisionConversation is read-only.")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
 
 
 def read_conversation(

@@ -279,7 +279,7 @@ class FlowEngine:
         opened = await self._open(flow, turn)
         if isinstance(opened, RunResponse):
             return opened
-        doc = opened
+        doc, found_revision = opened
         tokens_before = doc.tokens.model_copy()
         try:
             flow._bind(doc, self._runtime(doc, turn))
@@ -302,7 +302,8 @@ class FlowEngine:
                 request_id=turn.request_id,
             )
         except _UNTOUCHED_ERRORS as exc:
-            return _failure(exc, doc.id, turn.request_id)
+            # Every save moves the revision: a restore hook's migration, a batch flow's or a checkpoint's save.
+            return _failure(exc, doc.id, turn.request_id, saved=doc.revision != found_revision)
         except Exception as exc:  # noqa: BLE001 - any other failure is a defect in flow code
             return await self._abort(flow, doc, exc, turn)
         response = await self._commit(flow, turn, response)
@@ -336,23 +337,25 @@ class FlowEngine:
             raise _defect(exc, "FLOW_SETUP_FAILED", FlowSetupError) from exc
         return flow
 
-    async def _open(self, flow: Flow, turn: _Turn) -> SessionDoc | RunResponse:
-        """The document this turn runs on (revision 0 when it is new), or the replay of a spent key."""
+    async def _open(self, flow: Flow, turn: _Turn) -> tuple[SessionDoc, int] | RunResponse:
+        """The document this turn runs on (revision 0 when new) with the revision found stored, or a key's replay."""
         if turn.session_id:
             stored = _visible(await _before_deadline(self.session_store.load(turn.session_id)), turn.caller)
             if stored is not None:
                 replay = _replay(stored, turn)
                 if replay is not None:
                     return replay
+                found = stored.revision
                 doc = await self._restore(flow, stored)
                 if doc is not None:
-                    return doc
+                    return doc, found
         if turn.weak_key:
             raise IdempotencyKeyTooWeakError("An anonymous first turn's key is too short.")
         try:
-            return await _before_deadline(
+            created = await _before_deadline(
                 self.session_store.create(_new_flow_doc(flow), session_id=turn.first_id, owner=turn.caller)
             )
+            return created, created.revision
         except SessionConflictError:
             if turn.first_id is None:
                 raise
@@ -363,10 +366,11 @@ class FlowEngine:
         replay = _replay(stored, turn)
         if replay is not None:
             return replay
+        found = stored.revision
         doc = await self._restore(flow, stored)
         if doc is None:
             raise SessionConflictError(turn.first_id)
-        return doc
+        return doc, found
 
     def _validate_models(self, flow: Flow) -> None:
         self.providers.validate(flow.model_selection())
@@ -671,12 +675,15 @@ async def _before_deadline(call: Awaitable[T]) -> T:
         raise TurnDeadlineError("The session store did not answer before the turn deadline; please retry.") from exc
 
 
-def _public_message(exc: PicoFlowError) -> str:
+def _public_message(exc: PicoFlowError, *, saved: bool = False) -> str:
     # Request checks speak in fixed sentences of their own; everything else gets its code's sentence.
-    return exc.message if isinstance(exc, BadRequestError) else public_message(exc.code)
+    return exc.message if isinstance(exc, BadRequestError) else public_message(exc.code, saved=saved)
 
 
-def _failure(exc: PicoFlowError, session: str, request_id: str, *, cause: BaseException | None = None) -> RunResponse:
+def _failure(
+    exc: PicoFlowError, session: str, request_id: str, *, cause: BaseException | None = None, saved: bool = False
+) -> RunResponse:
+    """The failure answer for ``exc``; ``saved`` when this request saved the session before failing."""
     cause = cause or exc.__cause__ or exc
     extra: dict[str, Any] = {
         "requestId": request_id,
@@ -692,7 +699,7 @@ def _failure(exc: PicoFlowError, session: str, request_id: str, *, cause: BaseEx
     return RunResponse(
         success=False,
         completed=False,
-        message=_public_message(exc),
+        message=_public_message(exc, saved=saved),
         session=session,
         error_code=exc.code,
         status_code=exc.status_code,

@@ -306,6 +306,28 @@ PUBLIC_MESSAGES: dict[str, str] = {
 }
 GENERIC_MESSAGE = "The turn failed."
 
+# The sentence for each code whose usual sentence promises an unchanged session, used instead when this
+# request had already saved the session (a restore hook's migration, a checkpoint) before it failed.
+SAVED_MESSAGES: dict[str, str] = {
+    "TURN_DEADLINE": "The turn ran out of time; changes made earlier in this request were saved, please retry.",
+    "MODEL_UNAVAILABLE": (
+        "The model service failed to answer; changes made earlier in this request were saved, please retry."
+    ),
+    "MODEL_TIMEOUT": (
+        "The model service did not answer in time; changes made earlier in this request were saved, please retry."
+    ),
+    "MODEL_THROTTLED": (
+        "The model service is busy; changes made earlier in this request were saved, please retry shortly."
+    ),
+    "MCP_UNAVAILABLE": (
+        "A tool service the flow depends on is unavailable; changes made earlier in this request were saved, "
+        "please retry."
+    ),
+    "FILE_TYPE_UNSUPPORTED": (
+        "The model of this step cannot read this type of file; changes made earlier in this request were saved."
+    ),
+}
+
 # Seconds a client should wait before retrying each retryable code.
 RETRY_AFTER_SECONDS: dict[str, int] = {
     "SESSION_CONFLICT": 1,
@@ -320,6 +342,8 @@ RETRY_AFTER_SECONDS: dict[str, int] = {
 }
 
 
-def public_message(code: str | None) -> str:
-    """The fixed sentence a response carries for ``code``."""
+def public_message(code: str | None, *, saved: bool = False) -> str:
+    """The fixed sentence a response carries for ``code``; ``saved`` when the request saved the session first."""
+    if saved and code in SAVED_MESSAGES:
+        return SAVED_MESSAGES[code]
     return PUBLIC_MESSAGES.get(code or "", GENERIC_MESSAGE)

@@ -56,7 +56,7 @@ class Memory:
         return self
 
     def set_summary_config(self, min_messages: int = 16, recent_messages: int = 8) -> Memory:
-        """Compact once a namespace holds more than ``min_messages``, keeping ``recent_messages`` verbatim."""
+        """Compact once a history (system slot included) reaches ``min_messages``, keeping ``recent_messages``."""
         self.summary_config = SummaryConfig(min_messages=min_messages, recent_messages=recent_messages)
         return self
 

@@ -107,9 +107,10 @@ def direct_to(target: Any, content: Any) -> Transition:
 def finish(content: Any) -> Transition:
     """Complete the session, keep the cursor, and answer with ``content`` verbatim."""
     step = handling_step()
-    owner = step.id if step else "finish"
+    # Outside a handler (on_response, a logic step) the step is known only when the answer is delivered.
+    message = DirectMessage(step, content) if step else DirectMessage("", content, id=None)
     # An empty step name keeps the cursor wherever it is.
-    return Transition(step="", message=DirectMessage(owner, content), finish=True)
+    return Transition(step="", message=message, finish=True)
 
 
 @dataclass(frozen=True)

@@ -143,13 +143,14 @@ async def run_turns(engine: FlowEngine, flow: str, count: int) -> tuple[list[str
 
 async def test_a_compaction_summary_consumes_only_a_summary_reply():
     # One reply per turn, with the summary scripted first: chat calls pass it by and the summary call takes it.
-    script = [{"for": "summary", "content": "the summary"}, *[text(f"answer {i}") for i in range(5)]]
+    script = [{"for": "summary", "content": "the summary"}, *[text(f"answer {i}") for i in range(4)]]
     engine, chat, _ = engine_for(script, [], flows=(OneModelFlow,))
 
-    answers, doc = await run_turns(engine, "OneModelFlow", 5)
+    answers, doc = await run_turns(engine, "OneModelFlow", 4)
 
-    assert answers == [f"answer {i}" for i in range(5)]
-    assert chat.purposes == ["chat"] * 4 + ["summary", "chat"]
+    assert answers == [f"answer {i}" for i in range(4)]
+    # The third turn brings the history (system slot included) to min_messages = 8.
+    assert chat.purposes == ["chat"] * 3 + ["summary", "chat"]
     assert doc.flow.memory["chat"].summary == "the summary"
     assert chat.remaining == 0 and doc.warn == []
 
@@ -162,8 +163,8 @@ async def test_a_summary_call_without_a_summary_reply_fails_and_takes_no_chat_re
     assert answers == [f"answer {i}" for i in range(5)]  # nothing shifted
     assert doc.flow.memory["chat"].summary is None and chat.remaining == 0
     # Each turn past the threshold tries again, and each failure names the call.
-    assert [w.message.split(": ", 1)[0] for w in doc.warn] == ["Memory compaction skipped"] * 2
-    assert "has no reply for model call 5, a summary call:" in doc.warn[0].message
+    assert [w.message.split(": ", 1)[0] for w in doc.warn] == ["Memory compaction skipped"] * 3
+    assert "has no reply for model call 4, a summary call:" in doc.warn[0].message
     assert '"for": "summary"' in doc.warn[0].message
 
 

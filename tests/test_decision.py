@@ -36,6 +36,7 @@ from picoflow import (
     direct_to,
     finish,
     go,
+    render,
     tool,
 )
 from picoflow.conversation import read_conversation
@@ -216,6 +217,7 @@ async def test_finish_completes_the_session_and_keeps_the_cursor():
     assert (response.success, response.completed, response.message) == (True, True, "All done.")
     doc = await stored(engine, response.session)
     assert (doc["runStatus"], doc["flow"]["currentStep"]) == ("completed", "IntakeStep")
+    assert doc["flow"]["memory"]["IntakeStep"]["messages"][-1]["id"].startswith("IntakeStep|")
 
 
 class TextReplyStep(IntakeStep):
@@ -371,6 +373,24 @@ async def test_flow_get_conversation_reads_a_namespace_without_creating_it():
     assert flow.get_conversation("IntakeStep").request == "Deploys are failing"
     assert flow.get_conversation("nowhere").request == ""
     assert "nowhere" not in flow.get_memory().names()
+
+
+async def test_flow_get_conversation_serialises_and_renders_as_the_original_json():
+    engine, _ = decision_engine([SupportFlow], ScriptedDecisionProvider([answers()]))
+    first = await engine.run("SupportFlow", "Deploys are failing")
+    flow = SupportFlow()
+    flow._collect_steps()
+    flow._bind(await engine.session_store.load(first.session))
+    flow.get_memory().namespace("IntakeStep").messages.append(HumanMessageEx("IntakeStep", "Since this morning"))
+
+    conversation = flow.get_conversation("IntakeStep")
+    expected = '{"request": "Since this morning", "priorRequests": ["Deploys are failing"]}'
+    assert json.dumps(conversation) == expected
+    assert render("Conversation: {{CONVERSATION}}", CONVERSATION=conversation) == f"Conversation: {expected}"
+    assert (conversation.request, conversation.prior_requests) == ("Since this morning", ("Deploys are failing",))
+    assert conversation.as_state() == json.loads(expected)
+    with pytest.raises(TypeError):
+        conversation["request"] = "changed"
 
 
 class ListeningStep(DecisionStep):

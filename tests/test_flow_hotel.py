@@ -436,26 +436,27 @@ def test_conversation_criteria_are_owned_by_explore_and_results_stay_transient(t
         for step in turn.json["flow"]["steps"]:
             assert "_transient" not in step["state"] and "hotels" not in step["state"]
     # The results reached the presentation prompt even though they were never stored.
-    assert "1. Hilton Garden Inn Beaverton - total $1,197.64" in _system_text(searched.calls[-1])
+    assert "1. Hilton Garden Inn Beaverton - total $1,197.64" in _system_text(searched.calls[-2])
     assert "9. Hampton Inn Portland-Airport - total $1,220.01" in _system_text(turns[8].calls[-2])
 
 
 def test_conversation_compacts_the_explore_history(turns: list[Turn]) -> None:
     scripted = [turn["replies"] for turn in CONVERSATION["turns"]]
     sizes = [len(turn.messages("hotel-explore")) for turn in turns]
-    assert sizes[:9] == [4, 6, 8, 5, 7, 9, 5, 8, 6]  # system slot included; compacted after turns 4, 7, 9
-    assert max(sizes) <= 9
-    for index in (3, 6, 8):
+    # System slot included: a history that reaches 8 messages is compacted, after turns 3, 5, 7, 8 and 9.
+    assert sizes[:9] == [4, 6, 5, 7, 5, 7, 5, 5, 6]
+    assert max(sizes) <= 7
+    for index in (2, 4, 6, 7, 8):
         space = turns[index].doc.flow.memory["hotel-explore"]
         assert space.summary == scripted[index][-1]["content"]
         assert space.summarized_through_id
     # The next explore call carries the summary as a second system message, right after the prompt.
-    first_after = turns[4].calls[-1]
+    first_after = turns[3].calls[-1]
     assert isinstance(first_after[1], SystemMessage)
-    assert first_after[1].content == f"{SUMMARY_MESSAGE_PREFIX}\n{scripted[3][-1]['content']}"
+    assert first_after[1].content == f"{SUMMARY_MESSAGE_PREFIX}\n{scripted[2][-1]['content']}"
     # The summary model saw the older messages, not the whole raw history.
-    summary_request = turns[3].calls[-1]
-    assert "User: Hi" in summary_request[-1].content and "max 700" not in summary_request[-1].content
+    summary_request = turns[2].calls[-1]
+    assert "User: Hi" in summary_request[-1].content and "7/1/2026" not in summary_request[-1].content
 
 
 def test_conversation_forwards_the_users_words_across_steps(turns: list[Turn]) -> None:
@@ -594,7 +595,7 @@ def test_another_search_server_changes_the_hotels_presented_and_nothing_else(
 
     # The hotels HotelFlow presented, compared and booked are the other server's.
     listed = "\n".join(f"{n}. {name} - total {chart.money(total)}" for n, (name, total) in enumerate(suites, 1))
-    assert f"Search results (number. hotel - total price for the stay):\n{listed}\n" in _system_text(other[7].calls[-1])
+    assert f"Search results (number. hotel - total price for the stay):\n{listed}\n" in _system_text(other[7].calls[-2])
     listed = "\n".join(f"{n}. {name} - total {chart.money(total)}" for n, (name, total) in enumerate(two_beds, 1))
     assert listed in _system_text(other[8].calls[-2])
     compared = [two_beds[1][0], two_beds[4][0], two_beds[6][0]]

@@ -1,8 +1,9 @@
 """The failure policy of a turn: what keeps the session, what aborts it, and what a client may read.
 
-Transient failures (the model, the store, the deadline) leave the stored document exactly as it was and
-answer a retryable code; only a defect in flow code aborts the session, unless the flow keeps it. No
-response ever carries exception text: every failure is a fixed sentence per code plus a request id.
+Transient failures (the model, the store, the deadline) leave the stored document as the request found it
+(or as a restore hook migrated it, which the answer then says) and answer a retryable code; only a defect in
+flow code aborts the session, unless the flow keeps it. No response ever carries exception text: every failure
+is a fixed sentence per code plus a request id.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import handlers.api as api
 from picoflow import FlowEngine, MemorySessionStore, SessionStoreError
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.errors import PUBLIC_MESSAGES, public_message
+from picoflow.errors import PUBLIC_MESSAGES, RETRY_AFTER_SECONDS, public_message
 from picoflow.turn.model_call import _Failure
 from tests.support import faulty_flows
 from tests.support.engine import call, scripted_engine, text
@@ -334,3 +335,52 @@ def test_flow_code_that_never_returns_is_cut_off_before_the_lambda_deadline(http
     assert (result["statusCode"], envelope["code"]) == (504, "TURN_DEADLINE")
     assert 1.5 < elapsed < 4.0  # the handler keeps 2 s back for the answer
     assert http.table.client.get_item(TableName=http.table.name, Key={"id": {"S": session}})["Item"] == item_before
+
+
+# -- a failure after this request saved the session says so -------------------------------------------
+
+
+def test_a_model_outage_after_a_restore_hook_saved_the_session_does_not_claim_it_unchanged(http):
+    http.script(text("hello"), *[model_error()] * 3, text("welcome back"), *[model_error()] * 3)
+    status, _, body = http.run("hi", flow="MigratingFlow")
+    assert status == 200
+    session = json.loads(body)["session"]
+    store = aws_runtime.get_runtime().engine.session_store
+
+    def load() -> Any:
+        return aws_runtime.get_runtime().call(store.load(session))
+
+    first = load()
+    assert first.revision == 1 and "schema" not in first.flow.context
+
+    # The restore hook migrates the document, which is saved before the turn goes on; then the model fails.
+    status, headers, body = http.run("book a room", session=session, flow="MigratingFlow")
+    answer = json.loads(body)
+    assert (status, answer["code"]) == (502, "MODEL_UNAVAILABLE") and int(headers["Retry-After"]) > 0
+    assert answer["message"] == public_message("MODEL_UNAVAILABLE", saved=True)
+    assert "unchanged" not in answer["message"] and MARKER not in body
+    migrated = load()
+    assert migrated.revision == 2 and migrated.flow.context["schema"] == 2 and migrated.run_status == "running"
+    assert [m.content for m in migrated.flow.memory["chat"].messages][-1] == "hello"  # the turn itself left no trace
+
+    # The next turn continues the migrated session (nothing left to migrate) and answers.
+    status, _, body = http.run("book a room", session=session, flow="MigratingFlow")
+    assert status == 200 and json.loads(body)["message"] == "welcome back"
+    assert load().revision == 3
+
+    # A failure in a request that saved nothing keeps the usual sentence.
+    status, _, body = http.run("and breakfast?", session=session, flow="MigratingFlow")
+    answer = json.loads(body)
+    assert (status, answer["message"]) == (502, public_message("MODEL_UNAVAILABLE"))
+    assert "unchanged" in answer["message"] and load().revision == 3
+
+
+def test_every_retryable_sentence_that_promises_an_unchanged_session_has_a_saved_variant():
+    promising = [code for code in RETRY_AFTER_SECONDS if "unchanged" in PUBLIC_MESSAGES[code]]
+    assert promising
+    for code in promising:
+        assert "unchanged" not in public_message(code, saved=True)
+        assert public_message(code, saved=True) != public_message(code)
+    for code in RETRY_AFTER_SECONDS:
+        if code not in promising:
+            assert public_message(code, saved=True) == public_message(code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -26,6 +27,7 @@ from picoflow import (
     tools,
 )
 from picoflow.errors import public_message
+from picoflow.messages import from_message_doc, message_step
 from tests.support.engine import call, scripted_engine, text
 
 
@@ -627,3 +629,36 @@ async def test_tool_handlers_get_a_stable_idempotency_key_per_session_and_call()
 
     with pytest.raises(PicoFlowError, match="inside a tool handler"):
         step.tool_idempotency_key()
+
+
+class ClosingLogic(LogicStep):
+    async def run_logic(self) -> object:
+        return finish("Closed by the logic step.")
+
+
+class ClosingStep(Step):
+    async def on_response(self, result: Any) -> Any:
+        return finish(f"Closed after: {result}")
+
+
+async def test_finish_outside_a_tool_is_attributed_to_the_step_that_finished():
+    class ClosingFlow(Flow):
+        def config_model(self) -> ModelSelection:
+            return ModelSelection(provider="scripted", name="m")
+
+        def define_steps(self) -> list[Step]:
+            return [ClosingLogic(self)]
+
+    class AnswerClosingFlow(ClosingFlow):
+        def define_steps(self) -> list[Step]:
+            return [ClosingStep(self)]
+
+    engine, _ = scripted_engine([ClosingFlow, AnswerClosingFlow], [text("the answer")])
+    for flow_name, step_id, reply in [
+        ("ClosingFlow", "ClosingLogic", "Closed by the logic step."),
+        ("AnswerClosingFlow", "ClosingStep", "Closed after: the answer"),
+    ]:
+        response = await engine.run(flow_name, "close it")
+        assert (response.success, response.completed, response.message) == (True, True, reply)
+        closing = (await load(engine, response.session)).flow.memory[step_id].messages[-1]
+        assert closing.content == reply and message_step(from_message_doc(closing)) == step_id

@@ -85,9 +85,9 @@ def _documented(model: type[BaseModel], described: dict[int, str]) -> dict[int, 
         415: "A file's type is not accepted, its content does not match it, or the step's model cannot read it.",
         422: "The Idempotency-Key was already used with a different body, or is too old to replay.",
         500: "The flow failed (the session is ended unless the flow keeps it) or could not be started.",
-        502: "The model service failed; the session is unchanged, retry.",
+        502: "The model service failed; the turn was not applied, retry.",
         503: "The session store or the model service is unavailable, or the save's outcome is unknown; retry.",
-        504: "The turn or the model ran out of time; the session is unchanged, retry.",
+        504: "The turn or the model ran out of time; the turn was not applied, retry.",
     }),
 )
 def run_turn(

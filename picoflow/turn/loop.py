@@ -130,8 +130,13 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
 def _deliver_direct(flow: Flow, transition: Transition) -> str:
     if transition.finish:
         flow.mark_completed()
-    flow.get_executing_step().get_memory().append(transition.message)
-    return content_text(transition.message.content)
+    step = flow.get_executing_step()
+    message = transition.message
+    if message.id is None:
+        # finish(text) made outside a handler (possibly once, for reuse): a copy belongs to the step that finished
+        message = message.model_copy(update={"id": gen_message_id(step)})
+    step.get_memory().append(message)
+    return content_text(message.content)
 
 
 class _Reply(str):

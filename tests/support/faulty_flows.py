@@ -73,3 +73,13 @@ class KeepingFlow(FaultyFlow):
     """The same flow, opted into keeping the session when its code raises."""
 
     keep_session_on_error = True
+
+
+class MigratingFlow(FaultyFlow):
+    """The same flow with a restore hook that upgrades a stored document once, as a schema migration would."""
+
+    async def on_restore_session_doc(self, doc: Any) -> Any:
+        doc = await super().on_restore_session_doc(doc)
+        if doc.flow.context.get("schema") != 2:
+            doc.flow.context = {**doc.flow.context, "schema": 2}
+        return doc
