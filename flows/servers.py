@@ -1,13 +1,18 @@
-"""Where the example flows find their MCP servers: a URL, else a command, else the server bundled with the flow."""
+"""The example flows' MCP servers: where a flow finds one (a URL, else a command, else the server bundled with the
+flow), and how a bundled server runs from the command line."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from picoflow.mcp import MCPServerSpec
+if TYPE_CHECKING:
+    from picoflow.mcp import MCPServerSpec
 
 #: The directory holding ``flows/`` (the repository, or the Lambda function's code): a bundled server imports from it.
 APP_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -19,6 +24,8 @@ def server_from_env(name: str, prefix: str, bundled_module: str, *, timeout: flo
     Over HTTP, the Authorization header is the SSM parameter named by ``{prefix}_AUTHORIZATION_PARAMETER`` when
     that is set (the deployed way), else the value of ``{prefix}_AUTHORIZATION``.
     """
+    from picoflow.mcp import MCPServerSpec  # here: a bundled server's process imports this module too
+
     url = os.environ.get(f"{prefix}_URL")
     if url:
         parameter = os.environ.get(f"{prefix}_AUTHORIZATION_PARAMETER")
@@ -34,3 +41,18 @@ def server_from_env(name: str, prefix: str, bundled_module: str, *, timeout: flo
     return MCPServerSpec.stdio(
         name, command[0], command[1:], env={"PYTHONPATH": APP_ROOT}, cwd=APP_ROOT, timeout=timeout
     )
+
+
+def run_bundled_server(build_server: Callable[[], Any], description: str, *, port: int,
+                       argv: list[str] | None = None) -> None:
+    """Serve ``build_server()`` over stdio, or over streamable HTTP with ``--http [--host H] [--port N]``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=port)
+    options = parser.parse_args(argv)
+    server = build_server()
+    if options.http:
+        server.run("streamable-http", host=options.host, port=options.port)
+    else:
+        server.run("stdio")

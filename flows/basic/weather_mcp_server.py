@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from pydantic import BaseModel
+
+from flows.servers import run_bundled_server
 
 TOOL = "get_city_temperatures"
 _TEMPERATURES = {"LA": 72, "NYC": 83}
@@ -44,16 +45,7 @@ def build_server() -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve over stdio, or over streamable HTTP with ``--http``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8766)
-    options = parser.parse_args(argv)
-    server = build_server()
-    if options.http:
-        server.run("streamable-http", host=options.host, port=options.port)
-    else:
-        server.run("stdio")
+    run_bundled_server(build_server, __doc__.splitlines()[0], port=8766, argv=argv)
 
 
 if __name__ == "__main__":

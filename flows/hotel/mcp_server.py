@@ -7,7 +7,6 @@ The SDK's server side is imported only by :func:`build_server`: the function imp
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from flows.hotel import catalog
@@ -20,6 +19,7 @@ from flows.hotel.contract import (
     MaxDistanceMiles,
     SearchHotelsResult,
 )
+from flows.servers import run_bundled_server
 
 
 def search_hotels(
@@ -71,16 +71,7 @@ def build_server() -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve over stdio, or over streamable HTTP with ``--http``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    options = parser.parse_args(argv)
-    server = build_server()
-    if options.http:
-        server.run("streamable-http", host=options.host, port=options.port)
-    else:
-        server.run("stdio")
+    run_bundled_server(build_server, __doc__.splitlines()[0], port=8765, argv=argv)
 
 
 if __name__ == "__main__":
