@@ -10,14 +10,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from picoflow.context import SummaryConfig, model_call_for
 from picoflow.errors import CompactionError
-from picoflow.models.context import model_call_for
-
-DEFAULT_SUMMARY_MIN_MESSAGES = 16
-DEFAULT_SUMMARY_RECENT_MESSAGES = 8
-MIN_SUMMARY_MIN_MESSAGES = 8
-
-SUMMARY_MESSAGE_PREFIX = "Summary of the earlier conversation in this step (older messages were condensed into it):"
 
 _SUMMARY_INSTRUCTION = (
     "You maintain the running memory of a conversation between a user and an assistant. "
@@ -29,30 +23,6 @@ _SUMMARY_INSTRUCTION = (
     "replaces an earlier fact, keep only the newer one. Do not invent anything, do not address the user, "
     "and reply with the summary text only."
 )
-
-
-@dataclass(frozen=True)
-class SummaryConfig:
-    """When a namespace is compacted and how many of its newest messages are kept verbatim.
-
-    A namespace is compacted once its history, the system slot at index 0 included, has reached
-    ``min_messages`` messages; ``recent_messages`` is how many of the newest ones survive a compaction
-    unchanged.
-    """
-
-    min_messages: int = DEFAULT_SUMMARY_MIN_MESSAGES
-    recent_messages: int = DEFAULT_SUMMARY_RECENT_MESSAGES
-
-    def __post_init__(self) -> None:
-        if not _is_int(self.min_messages) or self.min_messages < MIN_SUMMARY_MIN_MESSAGES:
-            raise ValueError(
-                f"min_messages must be an integer >= {MIN_SUMMARY_MIN_MESSAGES}, got {self.min_messages!r}"
-            )
-        upper = self.min_messages - 2
-        if not _is_int(self.recent_messages) or not 1 <= self.recent_messages <= upper:
-            raise ValueError(
-                f"recent_messages must be an integer from 1 to {upper} (min_messages - 2), got {self.recent_messages!r}"
-            )
 
 
 @dataclass
@@ -68,11 +38,6 @@ class CompactionResult:
     summary: str
     summarized_through_id: str | None
     response: AIMessage
-
-
-def _is_int(value: Any) -> bool:
-    # bool is an int subclass, but True is not a message count
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _tool_call_ids(message: BaseMessage) -> list[str]:
@@ -126,11 +91,6 @@ def orphan_tool_messages(messages: Sequence[BaseMessage]) -> list[ToolMessage]:
         if isinstance(message, ToolMessage) and message.tool_call_id not in issued:
             orphans.append(message)
     return orphans
-
-
-def summary_system_message(summary: str, *, message_id: str | None = None) -> SystemMessage:
-    """The system message that carries a namespace's summary, placed right after the system prompt."""
-    return SystemMessage(content=f"{SUMMARY_MESSAGE_PREFIX}\n{summary}", id=message_id)
 
 
 def _content_text(content: Any) -> str:

@@ -17,7 +17,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model, field_validator
 
 from picoflow.errors import DecisionValidationError, PicoFlowError
-from picoflow.models.context import model_call_for
+from picoflow.context import model_call_for
 from picoflow.models.selection import ModelSelection
 from picoflow.session.document import TokenUsage
 from picoflow.tokens import usage_from_message

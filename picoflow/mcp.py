@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from picoflow.errors import PicoFlowError
 from picoflow.logger import library_log
-from picoflow.turn.deadline import time_left
+from picoflow.context import time_left
 
 #: Seconds a server gets for one operation (connecting included) unless its declaration says otherwise.
 DEFAULT_TIMEOUT_SECONDS = 10.0

@@ -307,3 +307,11 @@ def _same_as_validated() -> bool:
     except Exception:  # noqa: BLE001 - any surprise means the constructors stay in charge
         return False
     return True
+
+
+SUMMARY_MESSAGE_PREFIX = "Summary of the earlier conversation in this step (older messages were condensed into it):"
+
+
+def summary_system_message(summary: str, *, message_id: str | None = None) -> SystemMessage:
+    """The system message that carries a namespace's summary, placed right after the system prompt."""
+    return SystemMessage(content=f"{SUMMARY_MESSAGE_PREFIX}\n{summary}", id=message_id)

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
+from picoflow.context import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path
 from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.selection import ModelSelection
-from picoflow.protocols import FlowLike, ProviderSet, Worker
+from picoflow.protocols import FlowLike, Worker
 from picoflow.recovery import (
     LlmAttemptErrorContext,
     LlmBlockedContext,
@@ -21,17 +22,8 @@ from picoflow.recovery import (
     LlmErrorContext,
     resolve_call_policy,
 )
-from picoflow.session.document import StepDoc, format_timestamp, validate_namespace
-from picoflow.state import deep_merge, read_path
-from picoflow.tools import (
-    InvalidToolArguments,
-    ToolSpec,
-    decorated_tools,
-    exposed_order,
-    group_handlers,
-    handled_tool_call,
-    typed_tool_specs,
-)
+from picoflow.session.document import format_timestamp, validate_namespace
+from picoflow.tools import InvalidToolArguments, ToolSpec, handled_tool_call, typed_tool_specs
 from picoflow.transitions import Transition, go
 from picoflow.wire import PLAIN_TEXT
 
@@ -49,10 +41,6 @@ if TYPE_CHECKING:
         StateChannel,
     )
 
-TRANSIENT_KEY = "_transient"
-PROMPT_KEY = "_prompt"
-SAVE_ON_KEY = "_saveOn"
-
 
 class Step:
     """Subclass this for each conversational stage; register instances in ``Flow.define_steps``."""
@@ -68,7 +56,6 @@ class Step:
         self.flow = flow
         self._namespace: str | None = None
         self._model_override: ModelSelection | None = None
-        self._state: dict[str, Any] = {}
         self._content_type = PLAIN_TEXT
 
     # -- registration -------------------------------------------------------------------------
@@ -96,15 +83,17 @@ class Step:
 
     def model_selection(self) -> ModelSelection:
         """The effective selection: the flow's, or this step's override inheriting what it leaves unset."""
-        base = self.flow.model_selection()
-        override = self._model_override
+        context = self.flow.run_context
+        base = context.model or self.flow.model_selection()
+        # A session keeps the model a step started with, unless the code now chooses one.
+        override = self._model_override or context.step_models.get(self.id)
         return base if override is None else override.inherit(base)
 
     # -- hooks --------------------------------------------------------------------------------
 
     def get_prompt(self) -> str | None:
         """The system prompt; by default whatever ``.with_prompt()`` stored."""
-        return self._state.get(PROMPT_KEY)
+        return self.flow.run_context.state_of(self).get(PROMPT_KEY)
 
     def define_tools(self) -> list[ToolSpec]:
         """Tool definitions this step contributes to the flow-wide registry.
@@ -169,7 +158,7 @@ class Step:
 
         Override to prepare state (then call ``super().run(...)``) or to compute a nested worker's output.
         """
-        return await self.flow._turn().run_model_loop(self, user_message)
+        return await self.flow.run_context.require_services().model_loop(self, user_message)
 
     # -- model-call policy and recovery ---------------------------------------------------------
 
@@ -202,7 +191,7 @@ class Step:
 
     def is_end(self) -> bool:
         """Whether the response reports the session as completed."""
-        return self.flow.get_session_doc().run_status == "completed"
+        return self.flow.run_context.require_doc().run_status == "completed"
 
     # -- state --------------------------------------------------------------------------------
 
@@ -210,15 +199,16 @@ class Step:
         """Replace ``data``'s first key, deep-merge the rest, and stamp ``_saveOn``."""
         if not data:
             return
-        self.flow._view().record_write(self, list(data))
-        first = next(iter(data))
-        self._state.pop(first, None)
-        deep_merge(self._state, data)
-        self._state[SAVE_ON_KEY] = format_timestamp(datetime.now(UTC))
+        context = self.flow.run_context
+        context.view(self.flow).record_write(self, list(data))
+        state = context.state_of(self)
+        state.pop(next(iter(data)), None)
+        deep_merge(state, data)
+        state[SAVE_ON_KEY] = format_timestamp(datetime.now(UTC))
 
     def get_state(self, path: str | None = None) -> Any:
         """The whole durable state, or one dotted path in it."""
-        return read_path(self._state, path)
+        return read_path(self.flow.run_context.state_of(self), path)
 
     def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
         """Another registered step's state, by class or name: the whole state, or the value at ``key`` (a dotted
@@ -226,25 +216,28 @@ class Step:
         return self.flow.get_step_state(step_cls, key)
 
     def remove_state(self, key: str) -> None:
-        self.flow._view().record_write(self, [key])
-        self._state.pop(key, None)
+        context = self.flow.run_context
+        context.view(self.flow).record_write(self, [key])
+        context.state_of(self).pop(key, None)
 
     def save_transient_state(self, data: dict[str, Any]) -> None:
         """Keep ``data`` for this request only; it is never persisted."""
-        self.flow._view().record_write(self, [])
-        deep_merge(self._state.setdefault(TRANSIENT_KEY, {}), data)
+        context = self.flow.run_context
+        context.view(self.flow).record_write(self, [])
+        deep_merge(context.state_of(self).setdefault(TRANSIENT_KEY, {}), data)
 
     def get_transient_state(self, path: str | None = None) -> Any:
-        return read_path(self._state.get(TRANSIENT_KEY, {}), path)
+        return read_path(self.flow.run_context.state_of(self).get(TRANSIENT_KEY, {}), path)
 
     def get_context(self, path: str | None = None) -> Any:
-        return self.flow.get_context(path)
+        """The flow context (or one dotted path in it), as ``flow.get_context`` reads it."""
+        return copy.deepcopy(read_path(self.flow.run_context.values, path))
 
     # -- memory -------------------------------------------------------------------------------
 
     def get_memory(self) -> list[BaseMessage]:
         """The live history of this step's namespace (index 0 is the system slot)."""
-        return self.flow.get_memory(self.namespace)
+        return self.flow.run_context.view(self.flow).memory().messages(self.namespace)
 
     def get_last_message(self) -> BaseMessage | None:
         messages = self.get_memory()
@@ -256,7 +249,7 @@ class Step:
         A rolling summary of the namespace is kept and still reaches the model; call
         ``flow.get_memory().clear_summary(namespace)`` as well for a completely fresh start.
         """
-        return self.flow.get_memory().namespace(self.namespace).erase()
+        return self.flow.run_context.view(self.flow).memory().namespace(self.namespace).erase()
 
     def gen_message_id(self) -> str:
         return gen_message_id(self)
@@ -270,7 +263,7 @@ class Step:
         call = call or handled_tool_call()
         if not call or not call.get("id"):
             raise PicoFlowError("tool_idempotency_key() needs a tool call: use it inside a tool handler.")
-        raw = f"{self.flow.get_session_id()}|{self.id}|{call.get('name')}|{call['id']}"
+        raw = f"{self.flow.run_context.require_doc().id}|{self.id}|{call.get('name')}|{call['id']}"
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
 
     # -- content type and completion ------------------------------------------------------------
@@ -291,7 +284,7 @@ class Step:
 
     async def run_step(self, step_cls: type[Step] | str, user_message: str | None = None) -> Any:
         """Run a registered child step inside this turn and return its answer; the cursor stays put."""
-        return await self.flow._turn().run_child(self.flow, step_cls, user_message)
+        return await self.flow.run_context.require_services().run_child(self.flow, step_cls, user_message)
 
     async def run_steps(
         self,
@@ -307,7 +300,7 @@ class Step:
         Branch results come back in request order. ``failure_policy="atomic"`` publishes nothing when a
         branch fails; ``checkpoint="root-join"`` saves the session right after a top-level join.
         """
-        return await self.flow._turn().run_steps(
+        return await self.flow.run_context.require_services().run_steps(
             self,
             requests,
             failure_policy=failure_policy,
@@ -335,61 +328,10 @@ class Step:
         return self._own_worker(f"Step '{self.id}' is not running as a run_steps() worker.").invocation
 
     def _own_worker(self, refusal: str) -> Worker:
-        worker = self.flow._view().worker
+        worker = self.flow.run_context.view(self.flow).worker
         if worker is None or worker.step is not self:
             raise PicoFlowError(refusal)
         return worker
-
-    def _check_setup(self, services: ProviderSet) -> None:
-        """Refuse, when the flow is registered, configuration that ``services`` cannot serve (nothing here)."""
-
-    # -- tools (runtime) ----------------------------------------------------------------------
-
-    def _exposed_tool_names(self) -> list[str]:
-        names = list(self.use_tools())
-        for name in exposed_order(type(self)):
-            if name not in names:
-                names.append(name)
-        # MCP tools are described by their servers, not by the flow's registry: they are offered separately.
-        mcp_names = {name for offer in self.use_mcp_tools() for name in offer.tools}
-        return [name for name in names if name not in mcp_names] if mcp_names else names
-
-    def _tool_handler(self, name: str) -> Any:
-        """The bound handler for one tool: decorated first, then a same-named method, else None."""
-        method = decorated_tools(type(self)).get(name)
-        if method is not None:
-            return getattr(self, method)
-        candidate = getattr(self, name, None)
-        return candidate if callable(candidate) and not name.startswith("_") else None
-
-    def _group_handler(self, names: set[str]) -> Any:
-        method = group_handlers(type(self)).get(frozenset(names))
-        return getattr(self, method) if method else None
-
-    # -- persistence (runtime) ------------------------------------------------------------------
-
-    def _new_worker(self, state: dict[str, Any]) -> Step:
-        """A fresh instance for one parallel invocation, configured like this one, owning ``state``."""
-        worker = type(self)(self.flow)
-        worker._namespace = self._namespace
-        worker._model_override = self._model_override
-        worker._content_type = self._content_type
-        worker._state = state
-        return worker
-
-    def _read_doc(self, doc: StepDoc) -> None:
-        self._state = copy.deepcopy(doc.state)
-        if doc.model is not None and not self.is_logic() and self._model_override is None:
-            self._model_override = ModelSelection.from_doc(doc.model)
-
-    def _write_doc(self) -> StepDoc:
-        state = {k: copy.deepcopy(v) for k, v in self._state.items() if k != TRANSIENT_KEY}
-        model = None
-        if not self.is_logic() and self._model_override is not None:
-            selection = self.model_selection()
-            if selection != self.flow.model_selection():
-                model = selection.to_doc()
-        return StepDoc(name=self.id, state=state, model=model)
 
 
 class LogicStep(Step):

@@ -13,12 +13,12 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from picoflow.compaction import (
     CompactionResult,
-    SummaryConfig,
     choose_cut,
     compact_history,
     orphan_tool_messages,
-    summary_system_message,
 )
+from picoflow.context import SummaryConfig
+from picoflow.messages import summary_system_message
 from picoflow.errors import CompactionError
 
 USAGE = {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}

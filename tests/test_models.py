@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from picoflow import Flow, FlowEngine, MemorySessionStore, Step
 from picoflow.errors import PicoFlowError, ScriptedModelError
 from picoflow.models.common import CLIENT_RETRIES
-from picoflow.models.context import model_call_for
+from picoflow.context import model_call_for
 from picoflow.models.factory import default_registry
 from picoflow.models.openai import OpenAIProvider
 from picoflow.models.registry import ModelProvider, ProviderRegistry, provider_family

@@ -8,7 +8,7 @@ import openai
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
-from picoflow.models.context import call_deadline
+from picoflow.context import call_deadline
 from picoflow.models.openai import OpenAIProvider, retry_after_seconds
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.selection import ModelSelection

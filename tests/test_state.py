@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from picoflow import Flow, ModelSelection, PicoFlowError, Step, TerminateSessionStep
-from picoflow.state import deep_merge, read_path
+from picoflow.context import deep_merge, read_path
 
 
 class OwnerStep(Step):

@@ -17,7 +17,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, field_validator
 
 from picoflow.errors import PicoFlowError
-from picoflow.models.context import model_call_for
+from picoflow.context import model_call_for
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.selection import ModelSelection
 from picoflow.tokens import usage_from_message

@@ -31,7 +31,7 @@ from picoflow.models.common import (
     env_value,
     usage_normalising,
 )
-from picoflow.models.context import call_deadline
+from picoflow.context import call_deadline
 from picoflow.models.registry import ModelProvider
 from picoflow.models.selection import ModelSelection
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from picoflow.errors import PicoFlowError, ScriptedModelError
 from picoflow.files.refs import KNOWN_TYPES
-from picoflow.models.context import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
+from picoflow.context import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
 from picoflow.models.conversation import check_conversation
 from picoflow.models.registry import ModelProvider
 from picoflow.models.selection import ModelSelection

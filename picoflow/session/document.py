@@ -282,6 +282,8 @@ class SessionDoc(_Doc):
     _receipts: list[TurnReceipt] = PrivateAttr(default_factory=list)
     _write_id: str | None = PrivateAttr(default=None)
     _owner: str | None = PrivateAttr(default=None)
+    # Whether a store holds this document: False only for a new session before its first turn's write.
+    _stored: bool = PrivateAttr(default=True)
 
     @property
     def owner(self) -> str | None:
@@ -309,6 +311,15 @@ class SessionDoc(_Doc):
     @write_id.setter
     def write_id(self, value: str | None) -> None:
         self._write_id = value
+
+    @property
+    def stored(self) -> bool:
+        """False for a new session that no store holds yet (its first turn's save inserts it)."""
+        return self._stored
+
+    @stored.setter
+    def stored(self, value: bool) -> None:
+        self._stored = value
 
     def item_data(self) -> dict[str, Any]:
         """The non-document part of the stored item (empty when there is none)."""

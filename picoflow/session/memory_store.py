@@ -53,6 +53,15 @@ class MemorySessionStore(SessionStore):
             self._rows[written.id] = (written.revision, written.flow.name, encoded)
         return written
 
+    async def insert(self, doc: SessionDoc) -> SessionDoc:
+        written = prepare_write(doc, 0)
+        encoded = self._encode(written)
+        with self._lock:
+            if written.id in self._rows:
+                raise SessionConflictError(written.id)
+            self._rows[written.id] = (written.revision, written.flow.name, encoded)
+        return written
+
     async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
         with self._lock:
             row = self._rows.get(session_id)

@@ -52,6 +52,16 @@ class SessionStore(ABC):
         (a missing document is a conflict too).
         """
 
+    async def insert(self, doc: SessionDoc) -> SessionDoc:
+        """Persist a session's first turn: ``doc`` (never stored, revision 0) written at revision 1.
+
+        Raises ``SessionConflictError`` when a document already has its id. Backends write it with one
+        conditional write; this default, for backends that only implement the contract's other methods,
+        creates the session and saves it (two writes).
+        """
+        await self.create(doc.flow, session_id=doc.id, owner=doc.owner)
+        return await self.save(doc, 0)
+
     @abstractmethod
     async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
         """Remove a document; compare-and-swap when ``expected_revision`` is given."""
