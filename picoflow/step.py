@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -15,13 +17,7 @@ from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.selection import ModelSelection
 from picoflow.protocols import FlowLike, Worker
-from picoflow.recovery import (
-    LlmAttemptErrorContext,
-    LlmBlockedContext,
-    LlmCallPolicy,
-    LlmErrorContext,
-    resolve_call_policy,
-)
+from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
 from picoflow.session.document import format_timestamp, validate_namespace
 from picoflow.tools import InvalidToolArguments, ToolSpec, handled_tool_call, typed_tool_specs
 from picoflow.transitions import Transition, go
@@ -40,6 +36,38 @@ if TYPE_CHECKING:
         RunStepRequest,
         StateChannel,
     )
+
+
+
+@dataclass(frozen=True)
+class LlmCallPolicy:
+    """The resolved, code-owned call policy of one step; never persisted."""
+
+    timeout_ms: int | None = None
+
+
+def _checked_policy(policy: Any, owner: str) -> Mapping[str, Any]:
+    if policy is None:
+        return {}
+    if not isinstance(policy, Mapping):
+        raise PicoFlowError(f"{owner} config_llm_call_policy() must return a dict.")
+    unknown = sorted(set(policy) - {"timeout_ms"})
+    if unknown:
+        raise PicoFlowError(f"{owner} config_llm_call_policy() has unknown key(s) {', '.join(unknown)}.")
+    timeout = policy.get("timeout_ms")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0):
+        raise PicoFlowError(f"{owner} timeout_ms must be a positive integer or None.")
+    return policy
+
+
+def resolve_call_policy(flow_policy: Any, step_policy: Any) -> LlmCallPolicy:
+    """Apply a step's override to the flow policy: an absent key inherits, an int replaces, None removes."""
+    flow_side = _checked_policy(flow_policy, "Flow")
+    step_side = _checked_policy(step_policy, "Step")
+    timeout = flow_side.get("timeout_ms")
+    if "timeout_ms" in step_side:
+        timeout = step_side["timeout_ms"]
+    return LlmCallPolicy(timeout_ms=timeout)
 
 
 class Step:

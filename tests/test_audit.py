@@ -27,8 +27,8 @@ from picoflow import (
     render,
     tool,
 )
-from picoflow.messages import SUMMARY_MESSAGE_PREFIX
 from picoflow.decision import DEFAULT_DECISION_MAX_RETRIES, DEFAULT_DECISION_TIMEOUT_MS, DecisionConfig
+from picoflow.messages import SUMMARY_MESSAGE_PREFIX
 from picoflow.session.document import ModelSelectionDoc, StepDoc
 from tests.support.engine import call, scripted_engine, text
 

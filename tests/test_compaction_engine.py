@@ -18,11 +18,11 @@ from picoflow import (
     stay,
     tool,
 )
-from picoflow.compaction import orphan_tool_messages
 from picoflow.messages import from_message_doc
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.session.store import encode_document
+from picoflow.session.document import encode_document
+from picoflow.session.lifecycle import orphan_tool_messages
 from tests.support.engine import text
 
 IDLE_LIMIT_MS = 30 * 60_000

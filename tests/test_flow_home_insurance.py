@@ -22,8 +22,8 @@ from flows.home_insurance.steps import CONTACT_OPENER, PRESENT_OPENER, REFERRAL_
 from picoflow import DynamoDBSessionStore, SessionDoc
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.compaction import build_summary_request
 from picoflow.models.scripted import ScriptedProvider
+from picoflow.session.lifecycle import build_summary_request
 from tests.support.engine import call, scripted_engine, text
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from picoflow import Flow, MemorySessionStore, ModelSelection, SessionDoc, Step
-from picoflow.session.document import SESSION_DOC_VERSION, validate_namespace
-from picoflow.session.store import encode_document
+from picoflow.session.document import SESSION_DOC_VERSION, encode_document, validate_namespace
 from tests.support.engine import scripted_engine, text
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy_v1_session.json"

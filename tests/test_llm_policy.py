@@ -28,7 +28,8 @@ from picoflow import (
 )
 from picoflow.errors import ScriptedModelError, public_message
 from picoflow.models.registry import ModelProvider, ProviderRegistry
-from picoflow.recovery import is_transient_error, resolve_call_policy
+from picoflow.recovery import is_transient_error
+from picoflow.step import resolve_call_policy
 from picoflow.turn import deadline as deadline_module
 from tests.support.engine import call, scripted_engine, text
 

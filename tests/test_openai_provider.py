@@ -9,10 +9,10 @@ import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
 from picoflow.context import call_deadline
+from picoflow.messages import usage_from_message
 from picoflow.models.openai import OpenAIProvider, retry_after_seconds
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.selection import ModelSelection
-from picoflow.tokens import usage_from_message
 from tests.support.fake_openai import FakeOpenAIServer, chat_completion, usage_block
 
 WEATHER_TOOL = {

@@ -19,6 +19,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import BaseModel
 
 from picoflow.errors import PicoFlowError
+from picoflow.messages import usage_from_message
 from picoflow.models.anthropic import AnthropicProvider
 from picoflow.models.bedrock import BedrockProvider
 from picoflow.models.common import CLIENT_RETRIES, DEFAULT_TIMEOUT_SECONDS, usage_normalising
@@ -28,7 +29,6 @@ from picoflow.models.openai import OPENAI_COMPATIBLE, OpenAIProvider
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.selection import ModelSelection
 from picoflow.session.document import TokenUsage
-from picoflow.tokens import usage_from_message
 from tests.support.fake_openai import FakeOpenAIServer, chat_completion
 
 BUILT_IN = [

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from picoflow.decision import ChatDecisionProvider, Choice, DecisionRequest, Noul
 from picoflow.context import model_call_for
+from picoflow.decision import ChatDecisionProvider, Choice, DecisionRequest, Noul
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.models.selection import ModelSelection

@@ -20,9 +20,9 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
+from picoflow.context import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
 from picoflow.errors import PicoFlowError, ScriptedModelError
 from picoflow.files.refs import KNOWN_TYPES
-from picoflow.context import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
 from picoflow.models.conversation import check_conversation
 from picoflow.models.registry import ModelProvider
 from picoflow.models.selection import ModelSelection

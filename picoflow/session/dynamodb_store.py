@@ -27,8 +27,16 @@ from picoflow.errors import (
     SessionStoreError,
     SessionTooLargeError,
 )
-from picoflow.session.document import FlowDoc, SessionDoc, format_timestamp
-from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
+from picoflow.session.document import (
+    FlowDoc,
+    SessionDoc,
+    decode_document,
+    encode_document,
+    format_timestamp,
+    new_document,
+    prepare_write,
+)
+from picoflow.session.store import SessionStore
 from picoflow.threads import run_blocking
 
 #: DynamoDB's item size limit; it counts attribute names as well as values.

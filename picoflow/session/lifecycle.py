@@ -1,6 +1,6 @@
 """A session's life over a store, turn by turn: open it (replay a spent key, restore, or start it), save it
-(compaction, size, one conditional write), settle a save whose outcome is unknown, abort it on a defect, and
-delete it.
+(rolling summaries of long histories, size, one conditional write), settle a save whose outcome is unknown,
+abort it on a defect, and delete it.
 
 A new session is written once, by its first turn's save (``SessionStore.insert``), never before the turn runs.
 The flow is reached through its hooks and its ``run_context`` only.
@@ -15,14 +15,17 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from picoflow.compaction import compact_history
-from picoflow.context import before_deadline, read_back_budget, within_turn
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from picoflow.context import SummaryConfig, before_deadline, model_call_for, read_back_budget, within_turn
 from picoflow.errors import (
     BadRequestError,
+    CompactionError,
     FlowSetupError,
     IdempotencyKeyMismatchError,
     IdempotencyKeyReusedError,
@@ -40,8 +43,9 @@ from picoflow.errors import (
 from picoflow.files.refs import FileRef
 from picoflow.logger import SessionLogger
 from picoflow.logger import library_log as _log
+from picoflow.messages import add_usage
 from picoflow.results import RunResponse, client_message
-from picoflow.session.document import FlowDoc, SequenceItem, SessionDoc, StepDoc
+from picoflow.session.document import FlowDoc, SequenceItem, SessionDoc, StepDoc, new_document
 from picoflow.session.receipts import (
     MIN_ANONYMOUS_KEY_CHARS,
     TurnReceipt,
@@ -51,8 +55,7 @@ from picoflow.session.receipts import (
     key_digest,
     request_digest,
 )
-from picoflow.session.store import SessionStore, new_document
-from picoflow.tokens import add_usage
+from picoflow.session.store import SessionStore
 
 if TYPE_CHECKING:
     from picoflow.flow import Flow
@@ -425,6 +428,187 @@ async def abort(store: SessionStore, flow: Flow, doc: SessionDoc, exc: Exception
             extra={"requestId": turn.request_id, "errorType": type(save_exc).__name__},
         )
     return response
+
+
+# -- rolling summaries --------------------------------------------------------------------------
+
+_SUMMARY_INSTRUCTION = (
+    "You maintain the running memory of a conversation between a user and an assistant. "
+    "You receive the current summary (possibly empty) and the next messages of the conversation, "
+    "which will be removed from the history once you have summarised them. "
+    "Reply with one updated, cumulative summary that merges the current summary with the new messages. "
+    "Be concise and factual. Keep every name, number, amount, date, choice, decision, commitment and "
+    "tool outcome, and list the questions that are still open. When a later message corrects or "
+    "replaces an earlier fact, keep only the newer one. Do not invent anything, do not address the user, "
+    "and reply with the summary text only."
+)
+
+
+@dataclass
+class CompactionResult:
+    """The outcome of one compaction.
+
+    ``messages`` is the new namespace list (the original system slot followed by the kept messages),
+    ``summary`` the new rolling summary, ``summarized_through_id`` the id of the last message folded
+    into it, and ``response`` the summary model's reply (for token accounting).
+    """
+
+    messages: list[BaseMessage]
+    summary: str
+    summarized_through_id: str | None
+    response: AIMessage
+
+
+def _tool_call_ids(message: BaseMessage) -> list[str]:
+    if not isinstance(message, AIMessage):
+        return []
+    return [call["id"] for call in message.tool_calls if call.get("id")]
+
+
+def choose_cut(messages: Sequence[BaseMessage], recent_messages: int) -> int:
+    """Index of the first message kept verbatim when ``messages`` (slot 0 included) is compacted.
+
+    Aims to keep the ``recent_messages`` newest messages. The cut never separates an AI message
+    carrying tool calls from its tool results: it moves earlier to keep the calling message, or, if
+    that would keep everything, later past the results. Returns 1 when nothing can be summarised.
+    """
+    total = len(messages)
+    target = total - recent_messages
+    if target <= 1:
+        return 1
+
+    caller_index: dict[str, int] = {}
+    # blocked[c] is True when cutting before index c would split a tool call from one of its results
+    blocked = [False] * (total + 1)
+    for index, message in enumerate(messages):
+        if index == 0:
+            continue
+        for call_id in _tool_call_ids(message):
+            caller_index.setdefault(call_id, index)
+        if isinstance(message, ToolMessage):
+            caller = caller_index.get(message.tool_call_id)
+            if caller is not None:
+                for cut in range(caller + 1, index + 1):
+                    blocked[cut] = True
+
+    for cut in range(target, 1, -1):
+        if not blocked[cut]:
+            return cut
+    # at least one message must stay verbatim, so the search stops before the end of the list
+    for cut in range(target + 1, total):
+        if not blocked[cut]:
+            return cut
+    return 1
+
+
+def orphan_tool_messages(messages: Sequence[BaseMessage]) -> list[ToolMessage]:
+    """Tool messages whose ``tool_call_id`` was not issued by an earlier AI message in ``messages``."""
+    issued: set[str] = set()
+    orphans: list[ToolMessage] = []
+    for message in messages:
+        issued.update(_tool_call_ids(message))
+        if isinstance(message, ToolMessage) and message.tool_call_id not in issued:
+            orphans.append(message)
+    return orphans
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "".join(parts)
+    return "" if content is None else str(content)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _render_transcript(summarised: Sequence[BaseMessage], tool_names: dict[str, str]) -> str:
+    lines: list[str] = []
+    for message in summarised:
+        text = _content_text(message.content).strip()
+        if isinstance(message, HumanMessage):
+            lines.append(f"User: {text}")
+        elif isinstance(message, AIMessage):
+            if text:
+                lines.append(f"Assistant: {text}")
+            for call in message.tool_calls:
+                lines.append(f"Assistant called tool {call['name']} with {_json(call.get('args', {}))}")
+        elif isinstance(message, ToolMessage):
+            name = message.name or tool_names.get(message.tool_call_id) or "unknown"
+            lines.append(f"Tool {name} returned: {text}")
+        elif isinstance(message, SystemMessage):
+            lines.append(f"System: {text}")
+        else:
+            lines.append(f"{message.type}: {text}")
+    return "\n".join(lines)
+
+
+def build_summary_request(
+    summarised: Sequence[BaseMessage], previous_summary: str | None, *, context: Sequence[BaseMessage] = ()
+) -> list[BaseMessage]:
+    """The messages sent to the summary model to fold ``summarised`` into ``previous_summary``.
+
+    ``context`` is only used to resolve tool names of results whose message carries none.
+    """
+    tool_names: dict[str, str] = {}
+    for message in (*context, *summarised):
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                if call.get("id"):
+                    tool_names[call["id"]] = call["name"]
+    previous = (previous_summary or "").strip() or "(none yet)"
+    request = (
+        f"Current summary:\n{previous}\n\n"
+        f"Messages to fold into the summary, oldest first:\n{_render_transcript(summarised, tool_names)}\n\n"
+        "Write the updated summary."
+    )
+    return [SystemMessage(content=_SUMMARY_INSTRUCTION), HumanMessage(content=request)]
+
+
+async def compact_history(
+    messages: Sequence[BaseMessage],
+    *,
+    previous_summary: str | None,
+    model: BaseChatModel,
+    config: SummaryConfig,
+    force: bool = False,
+) -> CompactionResult | None:
+    """Fold the older messages of one namespace into its rolling summary.
+
+    Returns None when the namespace holds fewer than ``config.min_messages`` messages, its system slot
+    counted (unless ``force``), or when no cut can keep tool calls together with their results. Errors of
+    the summary model propagate; an empty summary raises ``CompactionError``.
+    """
+    if len(messages) <= 1:
+        return None
+    if not force and len(messages) < config.min_messages:
+        return None
+    cut = choose_cut(messages, config.recent_messages)
+    if cut <= 1:
+        return None
+
+    summarised = list(messages[1:cut])
+    with model_call_for("summary", None):
+        response = await model.ainvoke(build_summary_request(summarised, previous_summary, context=messages))
+    summary = _content_text(response.content).strip()
+    if not summary:
+        raise CompactionError("The summary model returned an empty summary.")
+    if not isinstance(response, AIMessage):
+        response = AIMessage(content=response.content, id=response.id)
+    return CompactionResult(
+        messages=[messages[0], *messages[cut:]],
+        summary=summary,
+        summarized_through_id=summarised[-1].id,
+        response=response,
+    )
 
 
 # -- deleting -----------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ import threading
 from typing import Any
 
 from picoflow.errors import SessionConflictError, SessionTooLargeError
-from picoflow.session.document import FlowDoc, SessionDoc
-from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
+from picoflow.session.document import FlowDoc, SessionDoc, decode_document, encode_document, new_document, prepare_write
+from picoflow.session.store import SessionStore
 
 
 class MemorySessionStore(SessionStore):

@@ -10,8 +10,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from picoflow.errors import SessionConflictError, SessionStoreError, SessionTooLargeError
-from picoflow.session.document import FlowDoc, SessionDoc, format_timestamp
-from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
+from picoflow.session.document import (
+    FlowDoc,
+    SessionDoc,
+    decode_document,
+    encode_document,
+    format_timestamp,
+    new_document,
+    prepare_write,
+)
+from picoflow.session.store import SessionStore
 
 T = TypeVar("T")
 

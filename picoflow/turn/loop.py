@@ -10,8 +10,9 @@ import asyncio
 import contextlib
 import inspect
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
@@ -39,6 +40,7 @@ from picoflow.messages import (
     AiMessageEx,
     HumanMessageEx,
     ToolMessageEx,
+    add_usage,
     as_text,
     content_text,
     gen_message_id,
@@ -47,26 +49,30 @@ from picoflow.messages import (
 )
 from picoflow.models.selection import ModelSelection
 from picoflow.recovery import (
-    Block,
     LlmAttemptErrorContext,
     LlmBlockedContext,
     LlmErrorContext,
     LlmErrorKind,
     RetryWithModel,
     StopReason,
-    blocked_error,
-    blocked_response,
     is_transient_error,
 )
 from picoflow.step import Step
-from picoflow.tokens import add_usage
 from picoflow.tools import InvalidToolArguments, argument_model, handling, takes_no_arguments
 from picoflow.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition
 
 MAX_HOPS_PER_TURN = 64
+# finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
+BLOCKED_FINISH_REASONS = frozenset({"content_filter", "safety", "prohibited_content", "blocklist", "spii"})
+# Error codes with which providers refuse a prompt outright instead of answering.
+BLOCKED_ERROR_CODES = frozenset({"content_filter", "content_policy_violation"})
 
 
 MAX_HOPS_PER_TURN = 64
+# finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
+BLOCKED_FINISH_REASONS = frozenset({"content_filter", "safety", "prohibited_content", "blocklist", "spii"})
+# Error codes with which providers refuse a prompt outright instead of answering.
+BLOCKED_ERROR_CODES = frozenset({"content_filter", "content_policy_violation"})
 
 
 async def enter_turn(flow: Flow) -> None:
@@ -703,3 +709,43 @@ def _unless_cancelled(context: LlmErrorContext | LlmBlockedContext, answer: Any)
     if context.signal is not None:
         context.signal.raise_if_cancelled()
     return answer
+
+
+# -- refusals -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    """A detected refusal: the normalised reason, the provider's own value and where it happened."""
+
+    reason: str
+    raw_reason: str | None
+    phase: Literal["prompt", "candidate"]
+    details: dict[str, Any]
+
+
+def blocked_response(message: Any) -> Block | None:
+    """A refusal carried by a model answer: a filtering finish reason, a prompt block or a refusal text."""
+    if not isinstance(message, AIMessage):
+        return None
+    metadata = message.response_metadata or {}
+    feedback = metadata.get("prompt_feedback")
+    if isinstance(feedback, Mapping) and feedback.get("block_reason"):
+        raw = str(feedback["block_reason"])
+        return Block(raw.lower(), raw, "prompt", {"prompt_feedback": dict(feedback)})
+    finish = metadata.get("finish_reason")
+    if isinstance(finish, str) and finish.lower() in BLOCKED_FINISH_REASONS:
+        details = {"safety_ratings": metadata["safety_ratings"]} if metadata.get("safety_ratings") else {}
+        return Block(finish.lower(), finish, "candidate", details)
+    refusal = (message.additional_kwargs or {}).get("refusal")
+    if refusal:
+        return Block("refusal", None, "candidate", {"refusal": str(refusal)})
+    return None
+
+
+def blocked_error(error: BaseException) -> Block | None:
+    """A refusal reported by raising, e.g. an OpenAI-compatible ``content_filter`` error for the prompt."""
+    code = getattr(error, "code", None)
+    if isinstance(code, str) and code.lower() in BLOCKED_ERROR_CODES:
+        return Block(code.lower(), code, "prompt", {})
+    return None
