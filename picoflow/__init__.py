@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from picoflow.recovery import (
         LlmAttemptErrorContext,
         LlmBlockedContext,
-        LlmCallPolicy,
         LlmErrorContext,
         RetryWithModel,
         retry_with_model,
@@ -73,7 +72,7 @@ if TYPE_CHECKING:
     from picoflow.session.memory_store import MemorySessionStore
     from picoflow.session.sqlite_store import SQLiteSessionStore
     from picoflow.session.store import SessionStore
-    from picoflow.step import LogicStep, Step, TerminateSessionStep
+    from picoflow.step import LlmCallPolicy, LogicStep, Step, TerminateSessionStep
     from picoflow.tools import InvalidToolArguments, ToolSpec, tool, tools
     from picoflow.transitions import Transition, direct, direct_result, direct_to, finish, go, stay
 
@@ -105,7 +104,7 @@ _EXPORTS: dict[str, str] = {
     "LlmAttemptErrorContext": "picoflow.recovery",
     "LlmBlockedContext": "picoflow.recovery",
     "LlmBlockedError": "picoflow.errors",
-    "LlmCallPolicy": "picoflow.recovery",
+    "LlmCallPolicy": "picoflow.step",
     "LlmErrorContext": "picoflow.recovery",
     "LogicStep": "picoflow.step",
     "MemorySessionStore": "picoflow.session.memory_store",
