@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from picoflow.flow import Flow
     from picoflow.logger import SessionLogger
     from picoflow.messages import AiMessageEx, DirectMessage, HumanMessageEx, ToolMessageEx
-    from picoflow.models.selection import ModelSelection
+    from picoflow.models.registry import ModelSelection
     from picoflow.parallel import (
         BranchResult,
         CancellationSignal,
@@ -72,9 +72,20 @@ if TYPE_CHECKING:
     from picoflow.session.memory_store import MemorySessionStore
     from picoflow.session.sqlite_store import SQLiteSessionStore
     from picoflow.session.store import SessionStore
-    from picoflow.step import LlmCallPolicy, LogicStep, Step, TerminateSessionStep
+    from picoflow.step import (
+        LlmCallPolicy,
+        LogicStep,
+        Step,
+        TerminateSessionStep,
+        Transition,
+        direct,
+        direct_result,
+        direct_to,
+        finish,
+        go,
+        stay,
+    )
     from picoflow.tools import InvalidToolArguments, ToolSpec, tool, tools
-    from picoflow.transitions import Transition, direct, direct_result, direct_to, finish, go, stay
 
     __version__: str
 
@@ -108,7 +119,7 @@ _EXPORTS: dict[str, str] = {
     "LlmErrorContext": "picoflow.recovery",
     "LogicStep": "picoflow.step",
     "MemorySessionStore": "picoflow.session.memory_store",
-    "ModelSelection": "picoflow.models.selection",
+    "ModelSelection": "picoflow.models.registry",
     "Noul": "picoflow.decision",
     "NoulAnswer": "picoflow.decision",
     "ParallelBatchResult": "picoflow.parallel",
@@ -140,17 +151,17 @@ _EXPORTS: dict[str, str] = {
     "TerminateSessionStep": "picoflow.step",
     "ToolMessageEx": "picoflow.messages",
     "ToolSpec": "picoflow.tools",
-    "Transition": "picoflow.transitions",
-    "direct": "picoflow.transitions",
-    "direct_result": "picoflow.transitions",
-    "direct_to": "picoflow.transitions",
-    "finish": "picoflow.transitions",
-    "go": "picoflow.transitions",
+    "Transition": "picoflow.step",
+    "direct": "picoflow.step",
+    "direct_result": "picoflow.step",
+    "direct_to": "picoflow.step",
+    "finish": "picoflow.step",
+    "go": "picoflow.step",
     "load_prompt": "picoflow.prompts",
     "prompt": "picoflow.prompts",
     "render": "picoflow.prompts",
     "retry_with_model": "picoflow.recovery",
-    "stay": "picoflow.transitions",
+    "stay": "picoflow.step",
     "tool": "picoflow.tools",
     "tools": "picoflow.tools",
 }

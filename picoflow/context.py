@@ -23,7 +23,7 @@ from picoflow.errors import PicoFlowError, TurnDeadlineError
 from picoflow.files.refs import FileRef, digest_of
 from picoflow.files.store import FileStore
 from picoflow.messages import from_message_doc, to_message_doc
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection
 from picoflow.protocols import FlowView, StepLike
 from picoflow.session.document import (
     SESSION_DOC_VERSION,
@@ -50,6 +50,19 @@ if TYPE_CHECKING:
     from picoflow.tools import ToolSpec
 
 T = TypeVar("T")
+
+def step_name(target: Any) -> str:
+    """Normalise a step class, step or name to the registered name (a step is known by its ``id``)."""
+    if isinstance(target, str):
+        name = target.strip()
+        if not name:
+            raise PicoFlowError("go() requires a non-empty Step name.")
+        return name
+    name = getattr(target, "id", None)
+    if isinstance(name, str) and name:
+        return name
+    raise PicoFlowError("go() requires a Step class with a non-empty id.")
+
 
 # -- the deadline -------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, c
 from picoflow.context import model_call_for
 from picoflow.errors import DecisionValidationError, PicoFlowError
 from picoflow.messages import usage_from_message
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection
 from picoflow.session.document import TokenUsage
 from picoflow.validation import validation_problems
 

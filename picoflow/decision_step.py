@@ -21,11 +21,10 @@ from picoflow.decision import (
     resolve_decision_config,
 )
 from picoflow.errors import PicoFlowError
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection
 from picoflow.protocols import FlowLike, ProviderSet
-from picoflow.step import LogicStep, Step
+from picoflow.step import LogicStep, Step, Transition
 from picoflow.tools import ToolSpec, exposed_order, group_handlers
-from picoflow.transitions import Transition
 
 
 class DecisionStep(LogicStep):

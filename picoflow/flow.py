@@ -12,17 +12,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from pydantic import BaseModel
 
-from picoflow.context import RunContext, deep_merge, ensure_top_level, execution_frames, read_path
+from picoflow.context import RunContext, deep_merge, ensure_top_level, execution_frames, read_path, step_name
 from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS, DecisionConversation, read_conversation
 from picoflow.errors import PicoFlowError
 from picoflow.files.refs import FileRef
 from picoflow.logger import SessionLogger
 from picoflow.mcp import M, MCPServerSpec, call_tool, find_server
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection
 from picoflow.session.document import SESSION_DOC_VERSION, SequenceItem, SessionDoc
 from picoflow.step import Step, TerminateSessionStep
 from picoflow.tools import ToolSpec
-from picoflow.transitions import step_name
 
 if TYPE_CHECKING:
     from picoflow.batch import BatchInvoker

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from picoflow.errors import PicoFlowError
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection
 
 if TYPE_CHECKING:
     from picoflow.parallel import CancellationSignal

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from picoflow.context import offered_tool_names, tool_handler
+from picoflow.context import offered_tool_names, step_name, tool_handler
 from picoflow.decision_step import DecisionStep, check_decision_setup
 from picoflow.errors import PicoFlowError
 from picoflow.flow import Flow
@@ -18,7 +18,6 @@ from picoflow.models.registry import ProviderRegistry
 from picoflow.protocols import ProviderSet
 from picoflow.step import Step
 from picoflow.tools import group_handlers
-from picoflow.transitions import step_name
 
 
 def check_flow_configuration(flow_cls: type[Flow], services: ProviderSet) -> None:

@@ -26,11 +26,11 @@ from picoflow import (
     retry_with_model,
     tool,
 )
+from picoflow import context as deadline_module
 from picoflow.errors import ScriptedModelError, public_message
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.recovery import is_transient_error
 from picoflow.step import resolve_call_policy
-from picoflow.turn import deadline as deadline_module
 from tests.support.engine import call, scripted_engine, text
 
 Hook = Callable[[Any], Any] | None

@@ -15,9 +15,8 @@ from picoflow.messages import usage_from_message
 from picoflow.models.common import CLIENT_RETRIES
 from picoflow.models.factory import default_registry
 from picoflow.models.openai import OpenAIProvider
-from picoflow.models.registry import ModelProvider, ProviderRegistry, provider_family
+from picoflow.models.registry import ModelProvider, ModelSelection, ProviderRegistry, provider_family
 from picoflow.models.scripted import ScriptedChatModel, ScriptedProvider
-from picoflow.models.selection import ModelSelection
 
 SCRIPTED = ModelSelection(provider="scripted", name="any-model")
 

@@ -11,8 +11,7 @@ from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 from picoflow.context import call_deadline
 from picoflow.messages import usage_from_message
 from picoflow.models.openai import OpenAIProvider, retry_after_seconds
-from picoflow.models.registry import ProviderRegistry
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection, ProviderRegistry
 from tests.support.fake_openai import FakeOpenAIServer, chat_completion, usage_block
 
 WEATHER_TOOL = {

@@ -26,8 +26,7 @@ from picoflow.models.common import CLIENT_RETRIES, DEFAULT_TIMEOUT_SECONDS, usag
 from picoflow.models.factory import default_registry
 from picoflow.models.google import GoogleProvider
 from picoflow.models.openai import OPENAI_COMPATIBLE, OpenAIProvider
-from picoflow.models.registry import ProviderRegistry
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.session.document import TokenUsage
 from tests.support.fake_openai import FakeOpenAIServer, chat_completion
 

@@ -32,8 +32,7 @@ from picoflow.models.common import (
     env_value,
     usage_normalising,
 )
-from picoflow.models.registry import ModelProvider
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelProvider, ModelSelection
 
 _CHAT_PARAMS = frozenset(
     {"temperature", "top_p", "max_tokens", "max_completion_tokens", "timeout", "seed", "stop",

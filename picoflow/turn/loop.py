@@ -47,7 +47,7 @@ from picoflow.messages import (
     is_direct,
     summary_system_message,
 )
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection
 from picoflow.recovery import (
     LlmAttemptErrorContext,
     LlmBlockedContext,
@@ -57,9 +57,8 @@ from picoflow.recovery import (
     StopReason,
     is_transient_error,
 )
-from picoflow.step import Step
+from picoflow.step import TOOL_VALIDATED, DirectResult, Step, Transition, as_transition
 from picoflow.tools import InvalidToolArguments, argument_model, handling, takes_no_arguments
-from picoflow.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition
 
 MAX_HOPS_PER_TURN = 64
 # finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
