@@ -511,6 +511,8 @@ class RunContext:
             declarations += [ToolDeclaration(spec, source, spec in derived) for spec in step.define_tools()]
         self.tools = tool_registry(declarations, flow.id)
         for step in steps.values():
+            if not step.calls_chat_model:
+                _refuse_chat_features(step, [d for d in declarations if d.source == f"step '{step.id}'"])
             for name in offered_tool_names(step):
                 if name not in self.tools:
                     raise PicoFlowError(
@@ -589,6 +591,20 @@ class SharedView:
 
     def record_write(self, step: Any, fields: Sequence[str]) -> None:
         return None
+
+
+def _refuse_chat_features(step: Any, declared: list[Any]) -> None:
+    """Refuse tools and structured output on a step that answers without a chat model (a decision step)."""
+    features = []
+    if declared or step.use_tools() or exposed_order(type(step)) or group_handlers(type(step)):
+        features.append("tools")
+    if step.struct_output_schema() is not None:
+        features.append("struct_output_schema()")
+    if features:
+        raise PicoFlowError(
+            f"Step '{step.id}' answers without a chat model and cannot use {' or '.join(features)}: "
+            "use a regular Step when a model must generate text or call tools."
+        )
 
 
 def offered_tool_names(step: Any) -> list[str]:

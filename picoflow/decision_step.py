@@ -24,7 +24,6 @@ from picoflow.errors import PicoFlowError
 from picoflow.models.registry import ModelSelection
 from picoflow.protocols import FlowLike, ProviderSet
 from picoflow.step import LogicStep, Step, Transition
-from picoflow.tools import ToolSpec, exposed_order, group_handlers
 
 
 class DecisionStep(LogicStep):
@@ -36,6 +35,8 @@ class DecisionStep(LogicStep):
     output belong to ordinary steps and are refused here.
     """
 
+    #: Routed by a decision provider: tools and structured output are refused when the flow collects its steps.
+    calls_chat_model: ClassVar[bool] = False
     #: How many earlier human messages the provider sees as ``priorRequests``.
     max_prior_requests: ClassVar[int] = DEFAULT_MAX_PRIOR_REQUESTS
 
@@ -61,11 +62,6 @@ class DecisionStep(LogicStep):
             raise PicoFlowError(f"use_decision() got unknown option(s) {', '.join(unknown)}.")
         self._decision_options.update(given)
         return self
-
-    def define_tools(self) -> list[ToolSpec]:
-        """None: a decision step's tools or structured output are refused when the flow collects its steps."""
-        _refuse_chat_features(self, super().define_tools())
-        return []
 
     # -- hooks --------------------------------------------------------------------------------
 
@@ -111,22 +107,8 @@ class DecisionStep(LogicStep):
         return await self.flow.run_context.require_services().decide(self)
 
 
-def _refuse_chat_features(step: DecisionStep, tools: list[ToolSpec]) -> None:
-    features = []
-    if tools or step.use_tools() or exposed_order(type(step)) or group_handlers(type(step)):
-        features.append("tools")
-    if step.struct_output_schema() is not None:
-        features.append("struct_output_schema()")
-    if features:
-        raise PicoFlowError(
-            f"DecisionStep '{step.id}' cannot use {' or '.join(features)}: "
-            "use a regular Step when a model must generate text or call tools."
-        )
-
-
 def check_decision_setup(step: DecisionStep, services: ProviderSet) -> None:
     """Refuse, when the flow is registered, a decision configuration that ``services`` cannot serve."""
-    _refuse_chat_features(step, step.define_tools())
     selection = step.decision_config().selection
     if selection.provider in services.decision_providers:
         return

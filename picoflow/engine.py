@@ -188,6 +188,7 @@ class FlowEngine:
         except _UNTOUCHED_ERRORS as exc:
             # Every save moves the revision: a restore hook's migration, a batch flow's or a checkpoint's save.
             saved = doc.stored and doc.revision != found_revision
+            await lifecycle.keep_unfinished(self.session_store, doc)
             return RunResponse.failure(exc, doc.id, turn.request_id, saved=saved)
         except Exception as exc:  # noqa: BLE001 - any other failure is a defect in flow code
             return await lifecycle.abort(self.session_store, flow, doc, exc, turn)

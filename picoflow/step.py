@@ -196,6 +196,8 @@ class Step:
     """Subclass this for each conversational stage; register instances in ``Flow.define_steps``."""
 
     id: ClassVar[str] = ""
+    #: False for steps that route without a chat model (``DecisionStep``): they may not offer tools.
+    calls_chat_model: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

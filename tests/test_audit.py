@@ -29,7 +29,7 @@ from picoflow import (
 )
 from picoflow.decision import DEFAULT_DECISION_MAX_RETRIES, DEFAULT_DECISION_TIMEOUT_MS, DecisionConfig
 from picoflow.messages import SUMMARY_MESSAGE_PREFIX
-from picoflow.session.document import ModelSelectionDoc, StepDoc
+from picoflow.session.document import ModelSelectionDoc
 from tests.support.engine import call, scripted_engine, text
 
 # -- 1. a step's use_model(...) inherits the flow's retry_attempts -------------------------------------------
@@ -77,7 +77,7 @@ async def test_a_step_override_that_sets_retry_attempts_keeps_its_own_budget():
 def test_the_effective_step_selection_takes_the_flow_budget_unless_it_names_its_own():
     def effective(step_selection: ModelSelection | dict[str, Any], flow_attempts: int | None) -> ModelSelection:
         flow = flow_with(step_selection, flow_attempts)()
-        flow._collect_steps()
+        flow.run_context.collect(flow)
         return flow.require_step(PlainStep).model_selection()
 
     assert effective(OTHER, 5).retry_attempts == 5
@@ -88,9 +88,11 @@ def test_the_effective_step_selection_takes_the_flow_budget_unless_it_names_its_
 
 def test_a_stored_step_selection_without_an_attempt_budget_inherits_the_flow_one():
     flow = flow_with(None, 2)()
-    flow._collect_steps()
+    flow.run_context.collect(flow)
     step = flow.require_step(PlainStep)
-    step._read_doc(StepDoc(name=step.id, model=ModelSelectionDoc(provider="scripted", name="other")))
+    # A session that stored the step's own model, as loading its document records it.
+    stored = ModelSelectionDoc(provider="scripted", name="other")
+    flow.run_context.step_models[step.id] = ModelSelection.from_doc(stored)
 
     assert step.model_selection() == ModelSelection(provider="scripted", name="other", retry_attempts=2)
     assert ModelSelection.from_doc(ModelSelectionDoc(provider="p", name="n", retryAttempts=4)).retry_attempts == 4
@@ -143,7 +145,7 @@ class ErasingFlow(Flow):
 
 def test_erase_memory_clears_the_messages_but_keeps_the_summary():
     flow = ErasingFlow()
-    flow._collect_steps()
+    flow.run_context.collect(flow)
     step = flow.require_step(ErasingStep)
     space = flow.get_memory().namespace("desk")
     space.summary, space.summarized_through_id = "earlier facts", "IntakeStep|x|1"

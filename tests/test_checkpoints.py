@@ -53,6 +53,14 @@ def counting_store() -> tuple[MemorySessionStore, list[int]]:
         return await save(doc, expected)
 
     store.save = counted
+    insert = store.insert
+
+    async def counted_insert(doc):
+        # A new session's first write is its insert.
+        writes.append(0)
+        return await insert(doc)
+
+    store.insert = counted_insert
     return store, writes
 
 

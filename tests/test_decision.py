@@ -367,8 +367,8 @@ async def test_flow_get_conversation_reads_a_namespace_without_creating_it():
     engine, _ = decision_engine([SupportFlow], ScriptedDecisionProvider([answers()]))
     response = await engine.run("SupportFlow", "Deploys are failing")
     flow = SupportFlow()
-    flow._collect_steps()
-    flow._bind(await engine.session_store.load(response.session))
+    flow.run_context.collect(flow)
+    flow.run_context.bind(await engine.session_store.load(response.session))
 
     assert flow.get_conversation("IntakeStep").request == "Deploys are failing"
     assert flow.get_conversation("nowhere").request == ""
@@ -379,8 +379,8 @@ async def test_flow_get_conversation_serialises_and_renders_as_the_original_json
     engine, _ = decision_engine([SupportFlow], ScriptedDecisionProvider([answers()]))
     first = await engine.run("SupportFlow", "Deploys are failing")
     flow = SupportFlow()
-    flow._collect_steps()
-    flow._bind(await engine.session_store.load(first.session))
+    flow.run_context.collect(flow)
+    flow.run_context.bind(await engine.session_store.load(first.session))
     flow.get_memory().namespace("IntakeStep").messages.append(HumanMessageEx("IntakeStep", "Since this morning"))
 
     conversation = flow.get_conversation("IntakeStep")
@@ -732,7 +732,7 @@ async def test_a_timed_out_attempt_is_retried_and_providers_may_classify_their_e
 
 def collected(flow_cls: type[Flow]) -> Flow:
     flow = flow_cls()
-    flow._collect_steps()
+    flow.run_context.collect(flow)
     return flow
 
 

@@ -23,6 +23,7 @@ from picoflow import (
     go,
     tool,
 )
+from picoflow.aws.runtime import build_engine
 from picoflow.errors import public_message
 from picoflow.messages import from_message_doc, to_message_doc
 from picoflow.models.registry import ProviderRegistry
@@ -374,14 +375,19 @@ def test_every_message_type_round_trips_through_its_persisted_form():
         assert restored.additional_kwargs == message.additional_kwargs
 
 
-def test_engine_selects_its_store_from_the_environment(monkeypatch):
+def test_the_adapters_select_the_store_from_the_environment_and_the_engine_defaults_to_memory(monkeypatch, tmp_path):
     monkeypatch.setenv("SESSION_STORE", "sqlite")
     monkeypatch.setenv("SQLITE_PATH", "/tmp/picoflow-test-env/sessions.sqlite")
     engine = FlowEngine(flows=[OtherFlow], providers=ProviderRegistry(override=ScriptedProvider([])))
-    assert type(engine.session_store).__name__ == "SQLiteSessionStore"
-    monkeypatch.setenv("SESSION_STORE", "mongo")
+    # The library core never reads the environment: the deployed and local adapters choose the store.
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    assert type(engine.session_store).__name__ == "MemorySessionStore"
+    env = {"SESSION_STORE": "sqlite", "SQLITE_PATH": "/tmp/picoflow-test-env/sessions.sqlite",
+           "PICOFLOW_FLOWS": "tests.support.tiny_flow", "PICOFLOW_SCRIPT": str(script)}
+    assert type(build_engine(env).session_store).__name__ == "SQLiteSessionStore"
     with pytest.raises(PicoFlowError, match="No valid session store 'MONGO'"):
-        FlowEngine(flows=[OtherFlow])
+        build_engine({**env, "SESSION_STORE": "mongo"})
 
 
 async def test_input_the_document_cannot_hold_is_refused_before_anything_is_stored():

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import handlers.api as api
-import picoflow.session.store as store_module
+import picoflow.session.document as store_module
 from flows.home_insurance import INTAKE_MEMORY, HomeInsuranceQuoteFlow, presenter
 from flows.home_insurance.rating import QuoteConfig, load_quote_config, quote_id, rate_application
 from flows.home_insurance.records import QuoteApplication, QuoteResult

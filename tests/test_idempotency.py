@@ -199,15 +199,17 @@ def test_a_duplicate_in_flight_waits_and_gets_the_same_answer(client):
 
 
 def test_a_transient_failure_spends_nothing_so_the_retry_runs(client, monkeypatch):
-    client.script(reply("recovered"))
+    # The first attempt's answer is lost with its write: the retry runs the turn again.
+    client.script(reply("lost"), reply("recovered"))
     store = aws_runtime.get_engine().session_store
-    create = store.create
+    insert = store.insert
 
-    async def down_once(flow_doc, **kwargs):
-        monkeypatch.setattr(store, "create", create)
-        raise SessionStoreError("create", None, "throttled", status_code=503)
+    async def down_once(doc):
+        # A new session is written once, by its first turn's insert.
+        monkeypatch.setattr(store, "insert", insert)
+        raise SessionStoreError("insert", doc.id, "throttled", status_code=503)
 
-    monkeypatch.setattr(store, "create", down_once)
+    monkeypatch.setattr(store, "insert", down_once)
     status, headers, body = client.run("hello", key=K("k-4"))
     assert (status, body["code"]) == (503, "SESSION_STORE_ERROR")
     assert int(headers["retry-after"]) >= 1
@@ -217,7 +219,7 @@ def test_a_transient_failure_spends_nothing_so_the_retry_runs(client, monkeypatc
     assert (status, body["message"]) == (200, "recovered")
     assert "idempotent-replayed" not in headers
     assert client.run("hello", key=K("k-4"))[2] == body
-    assert client.model_calls() == 1
+    assert client.model_calls() == 2
 
 
 def test_a_lost_race_is_a_conflict_and_the_retry_runs(client, monkeypatch):
@@ -288,17 +290,17 @@ def test_a_save_whose_outcome_is_unknown_says_so_and_the_retry_applies_it_once(c
 def test_a_first_turn_that_never_landed_is_finished_by_its_retry_in_the_same_session(client, monkeypatch):
     client.script(reply("lost"), reply("kept"))
     store = aws_runtime.get_engine().session_store
-    save = store.save
+    insert = store.insert
 
-    async def down_once(doc, expected_revision):
-        monkeypatch.setattr(store, "save", save)
-        raise SessionStoreError("save", doc.id, "ServiceUnavailable", status_code=503)
+    async def down_once(doc):
+        monkeypatch.setattr(store, "insert", insert)
+        raise SessionStoreError("insert", doc.id, "ServiceUnavailable", status_code=503)
 
-    monkeypatch.setattr(store, "save", down_once)
+    monkeypatch.setattr(store, "insert", down_once)
     status, _, failed = client.run("hello", key=K("k-12"))
     assert (status, failed["code"]) == (503, "SESSION_STORE_ERROR")
     session = failed["session"]
-    assert client.revision(session) == 0  # created, its first turn not applied
+    assert client.sessions() == []  # its only write did not land: nothing of the turn is stored
 
     status, _, body = client.run("hello", key=K("k-12"))
     assert (status, body["message"], body["session"]) == (200, "kept", session)
@@ -316,7 +318,7 @@ def test_a_too_large_turn_is_not_applied_so_its_retry_is_refused_again(client, m
     again = client.run("hello", key=K("k-6"))
     assert (again[0], again[2]["code"]) == (413, "SESSION_TOO_LARGE")
     assert "idempotent-replayed" not in again[1]
-    assert client.revision(body["session"]) == 0
+    assert client.sessions() == []  # the turn's one write was refused: nothing is stored
 
 
 def test_a_key_whose_receipt_was_dropped_is_refused_rather_than_run_again(client, monkeypatch):

@@ -83,7 +83,7 @@ async def stored(engine_: FlowEngine, session: str) -> dict[str, Any]:
 
 async def test_a_step_offers_its_allowlist_with_the_servers_schemas(transport: str) -> None:
     flow = McpFlow()
-    flow._collect_steps()
+    flow.run_context.collect(flow)
     offered = await offered_tools(flow.get_step("OfferStep"))
     assert sorted(offered) == ["add", "big", "fail", "slow"]
     described = offered["add"].as_model_tool()["function"]

@@ -729,6 +729,14 @@ class RecordingStore(MemorySessionStore):
         self.saved.append(doc.to_json_dict())
         return await super().save(doc, expected_revision)
 
+    async def insert(self, doc):
+        # A new session's first write (a checkpoint here) is its insert.
+        if self.fail_first_save:
+            self.fail_first_save = False
+            raise SessionStoreError("insert", doc.id, "the table is unavailable")
+        self.saved.append(doc.to_json_dict())
+        return await super().insert(doc)
+
 
 async def test_a_root_join_checkpoint_saves_immediately_and_rolls_back_when_the_save_fails():
     seen: dict[str, Any] = {}

@@ -6,6 +6,8 @@ import pytest
 
 from picoflow import Flow, ModelSelection, PicoFlowError, Step, TerminateSessionStep
 from picoflow.context import deep_merge, read_path
+from picoflow.session.document import new_document
+from picoflow.session.lifecycle import new_flow_doc
 
 
 class OwnerStep(Step):
@@ -27,7 +29,9 @@ class StateFlow(Flow):
 @pytest.fixture
 def flow() -> StateFlow:
     flow = StateFlow()
-    flow._collect_steps()
+    flow.run_context.collect(flow)
+    # A turn's context: a fresh session document bound to the flow.
+    flow.run_context.bind(new_document(new_flow_doc(flow)))
     return flow
 
 
@@ -86,7 +90,8 @@ def test_transient_state_is_stripped_from_the_step_document(flow):
     flow.save_transient_step_state(OwnerStep, {"results": [1, 2, 3]})
     assert step.get_transient_state("results") == [1, 2, 3]
     assert flow.get_transient_step_state(OwnerStep, "results") == [1, 2, 3]
-    written = step._write_doc()
+    doc = flow.run_context.write_back(flow.id, flow.model_selection())
+    written = next(stored for stored in doc.flow.steps if stored.name == step.id)
     assert "_transient" not in written.state
     assert written.state["kept"] == 1
 

@@ -6,6 +6,7 @@ import pytest
 from pydantic import BaseModel
 
 from picoflow import Flow, ModelSelection, PicoFlowError, Step, ToolSpec, go, tool, tools
+from picoflow.context import group_handler, offered_tool_names, tool_handler
 
 
 class Args(BaseModel):
@@ -61,14 +62,14 @@ class ToolFlow(Flow):
 
 def make_flow(cls: type[Flow] = ToolFlow) -> Flow:
     flow = cls()
-    flow._collect_steps()
+    flow.run_context.collect(flow)
     return flow
 
 
 async def test_exposure_is_use_tools_then_decorated_names_base_first():
     flow = make_flow()
     step = flow.require_step(ChildToolStep)
-    assert step._exposed_tool_names() == ["shared", "alpha", "beta", "gamma"]
+    assert offered_tool_names(step) == ["shared", "alpha", "beta", "gamma"]
     assert {name: flow.get_tool(name) is not None for name in ["shared", "alpha", "gamma", "nope"]} == {
         "shared": True, "alpha": True, "gamma": True, "nope": False,
     }
@@ -76,10 +77,10 @@ async def test_exposure_is_use_tools_then_decorated_names_base_first():
 
 async def test_dispatch_prefers_the_nearest_registration_and_redeclared_methods():
     step = make_flow().require_step(ChildToolStep)
-    assert await step._tool_handler("alpha")({}) == "child-alpha"
-    assert await step._tool_handler("beta")({}) == "child-beta"
-    assert step._tool_handler("shared") is None
-    assert step._tool_handler("nothing") is None
+    assert await tool_handler(step, "alpha")({}) == "child-alpha"
+    assert await tool_handler(step, "beta")({}) == "child-beta"
+    assert tool_handler(step, "shared") is None
+    assert tool_handler(step, "nothing") is None
 
 
 def test_flow_and_step_definitions_merge_and_duplicates_are_refused():
@@ -138,8 +139,8 @@ def test_group_handlers_match_the_exact_name_set_in_any_order():
             return "x"
 
     step = GroupStep(make_flow())
-    assert step._group_handler({"a", "b"}).__name__ == "both"
-    assert step._group_handler({"a"}) is None
+    assert group_handler(step, {"a", "b"}).__name__ == "both"
+    assert group_handler(step, {"a"}) is None
 
 
 def test_tool_spec_needs_a_pydantic_schema_and_describes_itself():

@@ -182,9 +182,10 @@ async def open_session(store: SessionStore, flow: Flow, turn: TurnRequest) -> tu
         answer = replay(stored, turn)
         if answer is not None:
             return answer
+        found = stored.revision
         doc = await restore(store, flow, stored)
         if doc is not None:
-            return doc, stored.revision
+            return doc, found
         if session_id == turn.first_id:
             # The key's own session ended: it cannot start another one.
             raise SessionConflictError(session_id)
@@ -399,6 +400,18 @@ async def read_back(store: SessionStore, session_id: str) -> SessionDoc | None:
     except Exception as exc:  # noqa: BLE001 - an unreadable store leaves the outcome unknown
         _log.warning("Read-back after an unsettled save failed", extra={"errorType": type(exc).__name__})
         return _UNREADABLE
+
+
+async def keep_unfinished(store: SessionStore, doc: SessionDoc) -> None:
+    """Keep a first turn that failed without a write as its session at revision 0, holding only the flow it started
+    with, so a retry (by session id or by key) runs as that session's first turn. A failure here is only logged."""
+    if doc.stored:
+        return
+    try:
+        await before_deadline(store.create(doc.flow, session_id=doc.id, owner=doc.owner))
+        doc.stored = True
+    except Exception as exc:  # noqa: BLE001 - the turn already failed; its retry then starts a new session
+        _log.warning("A failed first turn's session could not be kept", extra={"errorType": type(exc).__name__})
 
 
 def keep_receipt(doc: SessionDoc, turn: TurnRequest, response: RunResponse) -> None:
