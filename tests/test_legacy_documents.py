@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from picoflow import Flow, MemorySessionStore, ModelSelection, SessionDoc, Step
+from picoflow import Flow, ModelSelection, Step
 from picoflow.session.document import SESSION_DOC_VERSION, validate_namespace
 from picoflow.session.store import encode_document
+from picoflow.stores import MemorySessionStore, SessionDoc
 from tests.support.engine import scripted_engine, text
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy_v1_session.json"

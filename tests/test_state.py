@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from picoflow import Flow, ModelSelection, PicoFlowError, Step, TerminateSessionStep
+from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
+from picoflow.errors import PicoFlowError
 from picoflow.state import deep_merge, read_path
 
 
@@ -127,7 +128,7 @@ def test_shared_namespaces_share_one_history(flow):
 def test_erase_memory_keeps_state(flow):
     step = flow.require_step(OwnerStep)
     step.save_state({"name": "Ada"})
-    from picoflow import HumanMessageEx
+    from picoflow.messages import HumanMessageEx
 
     step.get_memory().append(HumanMessageEx(step, "hello"))
     step.erase_memory()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from picoflow import Flow, ModelSelection, PicoFlowError, Step, ToolSpec, go, tool, tools
+from picoflow import Flow, ModelSelection, Step, ToolSpec, go, tool, tools
+from picoflow.errors import PicoFlowError
 
 
 class Args(BaseModel):
