@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.collection import USAGE, all_replies  # noqa: E402
-from picoflow.models.conversation import conversation_problems  # noqa: E402
+from picoflow.models.scripted import conversation_problems  # noqa: E402
 from tests.support.fake_openai import FakeOpenAIServer, chat_completion, usage_block  # noqa: E402
 
 MODEL = "gpt-4o"

@@ -35,13 +35,13 @@ from benchmarks.metering import CpuMeter, FreeDynamoDBClient, MeteredChatModel, 
 from benchmarks.results import write_section  # noqa: E402
 from picoflow import FlowEngine, ModelSelection  # noqa: E402
 from picoflow.models.registry import ProviderRegistry  # noqa: E402
+from picoflow.session.document import decode_document  # noqa: E402
 from picoflow.session.dynamodb_store import (  # noqa: E402
     CLIENT_CONFIG,
     DynamoDBSessionStore,
     create_table,
     item_size,
 )
-from picoflow.session.store import decode_document  # noqa: E402
 from tests.support.dynamodb_local import DUMMY_AWS_ENV, REGION, running_dynamodb_local  # noqa: E402
 
 TITLE = "Long conversations with compaction: turn cost and stored size (scaling_bench.py)"

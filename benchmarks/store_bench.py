@@ -23,9 +23,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.results import write_section  # noqa: E402
-from picoflow.session.document import SessionDoc  # noqa: E402
+from picoflow.session.document import (  # noqa: E402
+    SessionDoc,  # noqa: E402
+    encode_document,
+    new_document,
+)
 from picoflow.session.dynamodb_store import DynamoDBSessionStore  # noqa: E402
-from picoflow.session.store import encode_document, new_document  # noqa: E402
 from tests.support.dynamodb_local import (  # noqa: E402
     DUMMY_AWS_ENV,
     create_unique_table,

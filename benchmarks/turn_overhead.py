@@ -64,9 +64,10 @@ from benchmarks.metering import CpuMeter, FreeDynamoDBClient, MeteredChatModel, 
 from benchmarks.results import write_section  # noqa: E402
 from picoflow import FlowEngine  # noqa: E402
 from picoflow.models.registry import ProviderRegistry  # noqa: E402
+from picoflow.session.document import decode_document
 from picoflow.session.dynamodb_store import CLIENT_CONFIG, DynamoDBSessionStore, create_table  # noqa: E402
 from picoflow.session.memory_store import MemorySessionStore  # noqa: E402
-from picoflow.session.store import SessionStore, decode_document  # noqa: E402
+from picoflow.session.store import SessionStore  # noqa: E402
 from tests.support.dynamodb_local import DUMMY_AWS_ENV, REGION, local_client, running_dynamodb_local  # noqa: E402
 
 TITLE = "Turn overhead: PicoFlow vs LangGraph on DynamoDB (turn_overhead.py)"

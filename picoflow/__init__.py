@@ -23,12 +23,11 @@ if TYPE_CHECKING:
     from picoflow.engine import FlowEngine
     from picoflow.flow import Flow
     from picoflow.mcp import MCPServerSpec, MCPTools
-    from picoflow.models.selection import ModelSelection
+    from picoflow.models.registry import ModelSelection
     from picoflow.prompts import load_prompt, prompt, render
     from picoflow.results import RunResponse
-    from picoflow.step import LogicStep, Step, TerminateSessionStep
+    from picoflow.step import LogicStep, Step, TerminateSessionStep, Transition, direct, direct_to, finish, go, stay
     from picoflow.tools import ToolSpec, tool, tools
-    from picoflow.transitions import Transition, direct, direct_to, finish, go, stay
 
     __version__: str
 
@@ -59,13 +58,13 @@ _MODULES: dict[str, str] = {
     "LlmAttemptErrorContext": "picoflow.recovery",
     "LlmBlockedContext": "picoflow.recovery",
     "LlmBlockedError": "picoflow.errors",
-    "LlmCallPolicy": "picoflow.recovery",
+    "LlmCallPolicy": "picoflow.step",
     "LlmErrorContext": "picoflow.recovery",
     "LogicStep": "picoflow.step",
     "MCPServerSpec": "picoflow.mcp",
     "MCPTools": "picoflow.mcp",
     "MemorySessionStore": "picoflow.stores",
-    "ModelSelection": "picoflow.models.selection",
+    "ModelSelection": "picoflow.models.registry",
     "Noul": "picoflow.decision",
     "NoulAnswer": "picoflow.decision",
     "ParallelBatchResult": "picoflow.parallel",
@@ -97,17 +96,17 @@ _MODULES: dict[str, str] = {
     "TerminateSessionStep": "picoflow.step",
     "ToolMessageEx": "picoflow.messages",
     "ToolSpec": "picoflow.tools",
-    "Transition": "picoflow.transitions",
-    "direct": "picoflow.transitions",
-    "direct_result": "picoflow.transitions",
-    "direct_to": "picoflow.transitions",
-    "finish": "picoflow.transitions",
-    "go": "picoflow.transitions",
+    "Transition": "picoflow.step",
+    "direct": "picoflow.step",
+    "direct_result": "picoflow.step",
+    "direct_to": "picoflow.step",
+    "finish": "picoflow.step",
+    "go": "picoflow.step",
     "load_prompt": "picoflow.prompts",
     "prompt": "picoflow.prompts",
     "render": "picoflow.prompts",
     "retry_with_model": "picoflow.recovery",
-    "stay": "picoflow.transitions",
+    "stay": "picoflow.step",
     "tool": "picoflow.tools",
     "tools": "picoflow.tools",
 }

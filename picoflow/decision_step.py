@@ -21,11 +21,10 @@ from picoflow.decision import (
     resolve_decision_config,
 )
 from picoflow.errors import PicoFlowError
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection
 from picoflow.protocols import FlowLike, ProviderSet
-from picoflow.step import LogicStep, Step
-from picoflow.tools import group_handlers
-from picoflow.transitions import Transition
+from picoflow.step import LogicStep, Step, Transition
+from picoflow.tools import ToolSpec, exposed_order, group_handlers
 
 
 class DecisionStep(LogicStep):
@@ -63,26 +62,10 @@ class DecisionStep(LogicStep):
         self._decision_options.update(given)
         return self
 
-    def _exposed_tool_names(self) -> list[str]:
-        # The flow asks every step for its tools when it collects the steps: that is where chat-only
-        # configuration on a decision step is refused, before any turn runs.
-        features = []
-        if self.define_tools() or self.use_tools() or super()._exposed_tool_names() or group_handlers(type(self)):
-            features.append("tools")
-        if self.struct_output_schema() is not None:
-            features.append("struct_output_schema()")
-        if features:
-            raise PicoFlowError(
-                f"DecisionStep '{self.id}' cannot use {' or '.join(features)}: "
-                "use a regular Step when a model must generate text or call tools."
-            )
+    def define_tools(self) -> list[ToolSpec]:
+        """None: a decision step's tools or structured output are refused when the flow collects its steps."""
+        _refuse_chat_features(self, super().define_tools())
         return []
-
-    def _new_worker(self, state: dict[str, Any]) -> Step:
-        worker = super()._new_worker(state)
-        assert isinstance(worker, DecisionStep)
-        worker._decision_options = dict(self._decision_options)
-        return worker
 
     # -- hooks --------------------------------------------------------------------------------
 
@@ -123,20 +106,36 @@ class DecisionStep(LogicStep):
         except PicoFlowError as exc:
             raise PicoFlowError(f"Flow '{self.flow.id}', DecisionStep '{self.id}': {exc.message}") from exc
 
-    def _check_setup(self, services: ProviderSet) -> None:
-        selection = self.decision_config().selection
-        if selection.provider in services.decision_providers:
-            return
-        try:
-            services.providers.validate(selection)
-        except PicoFlowError as exc:
-            raise PicoFlowError(
-                f"Flow '{self.flow.id}', DecisionStep '{self.id}': decision provider '{selection.provider}' is "
-                f"neither a registered decision provider nor a usable chat model ({exc.message}) Register it with "
-                f"FlowEngine(decision_providers={{'{selection.provider}': ...}}) (PICOFLOW_DECISION_PROVIDERS where "
-                "the engine is built from the environment), or choose another in config_decision()."
-            ) from exc
-
     async def run_logic(self) -> Transition:
         """Ask the decision provider this step's questions and route on the answers."""
-        return await self.flow._turn().decide(self)
+        return await self.flow.run_context.require_services().decide(self)
+
+
+def _refuse_chat_features(step: DecisionStep, tools: list[ToolSpec]) -> None:
+    features = []
+    if tools or step.use_tools() or exposed_order(type(step)) or group_handlers(type(step)):
+        features.append("tools")
+    if step.struct_output_schema() is not None:
+        features.append("struct_output_schema()")
+    if features:
+        raise PicoFlowError(
+            f"DecisionStep '{step.id}' cannot use {' or '.join(features)}: "
+            "use a regular Step when a model must generate text or call tools."
+        )
+
+
+def check_decision_setup(step: DecisionStep, services: ProviderSet) -> None:
+    """Refuse, when the flow is registered, a decision configuration that ``services`` cannot serve."""
+    _refuse_chat_features(step, step.define_tools())
+    selection = step.decision_config().selection
+    if selection.provider in services.decision_providers:
+        return
+    try:
+        services.providers.validate(selection)
+    except PicoFlowError as exc:
+        raise PicoFlowError(
+            f"Flow '{step.flow.id}', DecisionStep '{step.id}': decision provider '{selection.provider}' is "
+            f"neither a registered decision provider nor a usable chat model ({exc.message}) Register it with "
+            f"FlowEngine(decision_providers={{'{selection.provider}': ...}}) (PICOFLOW_DECISION_PROVIDERS where "
+            "the engine is built from the environment), or choose another in config_decision()."
+        ) from exc

@@ -6,26 +6,22 @@ import asyncio
 import copy
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from pydantic import BaseModel
 
+from picoflow.context import RunContext, deep_merge, ensure_top_level, execution_frames, read_path, step_name
 from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS, DecisionConversation, read_conversation
 from picoflow.errors import PicoFlowError
-from picoflow.execution import execution_frames, worker_view
 from picoflow.files.refs import FileRef
 from picoflow.logger import SessionLogger
 from picoflow.mcp import M, MCPServerSpec, call_tool, find_server
-from picoflow.memory import Memory
-from picoflow.models.selection import ModelSelection
-from picoflow.protocols import FlowView, Runtime
-from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc
-from picoflow.state import deep_merge, read_path
+from picoflow.models.registry import ModelSelection
+from picoflow.session.document import SESSION_DOC_VERSION, SequenceItem, SessionDoc
 from picoflow.step import Step, TerminateSessionStep
-from picoflow.tools import ToolDeclaration, ToolSpec, tool_registry, typed_tool_specs
-from picoflow.transitions import step_name
+from picoflow.tools import ToolSpec
 
 if TYPE_CHECKING:
     from picoflow.batch import BatchInvoker
@@ -54,16 +50,8 @@ class Flow:
             cls.id = cls.__name__
 
     def __init__(self) -> None:
-        self._context: dict[str, Any] = {}
-        self._memory = Memory()
-        self._steps: dict[str, Step] = {}
-        self._tools: dict[str, ToolSpec] = {}
-        self._model: ModelSelection | None = None
-        self._doc: SessionDoc | None = None
-        self._runtime: Runtime | None = None
-        self._shared = _SharedView(self)
-        self._current: str | None = None
-        self._sequence: list[SequenceItem] = []
+        #: The running session this instance serves: document, memory, step states, cursor and services.
+        self.run_context = RunContext()
         self._mcp_servers: list[MCPServerSpec] | None = None
 
     # -- subclass hooks -----------------------------------------------------------------------
@@ -163,7 +151,7 @@ class Flow:
 
                 invoke = http_invoker(self_url)
             else:
-                invoke = self._turn().start_session
+                invoke = self.run_context.require_services().start
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
             responses = await asyncio.gather(*(invoke(self.id, message, on_config(item)) for item in batch))
@@ -184,33 +172,34 @@ class Flow:
 
     def get_context(self, path: str | None = None) -> Any:
         """Read the session context, e.g. ``get_context("config.tenantId")``."""
-        return copy.deepcopy(read_path(self._context, path))
+        return copy.deepcopy(read_path(self.run_context.values, path))
 
     def add_context(self, data: dict[str, Any]) -> None:
         self._refuse_in_worker("change the flow context")
-        deep_merge(self._context, data)
+        deep_merge(self.run_context.values, data)
 
     def set_context(self, context: dict[str, Any]) -> None:
         self._refuse_in_worker("change the flow context")
-        self._context = copy.deepcopy(context)
+        self.run_context.values = copy.deepcopy(context)
 
     # -- steps and state ----------------------------------------------------------------------
 
     def get_step(self, name: str) -> Step | None:
-        return self._steps.get(name)
+        return self.run_context.steps.get(name)
 
     def require_step(self, target: type[Step] | str) -> Step:
         name = step_name(target)
-        step = self._steps.get(name)
+        step = self.run_context.steps.get(name)
         if step is None:
             raise PicoFlowError(f"Step '{name}' is not defined in flow '{self.id}'.")
         return step
 
     def get_steps(self) -> list[Step]:
-        return list(self._steps.values())
+        return list(self.run_context.steps.values())
 
     def get_current_step(self) -> Step | None:
-        return self._steps.get(self._current) if self._current else None
+        context = self.run_context
+        return context.steps.get(context.current) if context.current else None
 
     def get_executing_step(self) -> Step | None:
         """The innermost nested step running in this task, else the step under the cursor."""
@@ -219,7 +208,7 @@ class Flow:
 
     def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
         """A step's state (or one dotted path in it); inside a parallel worker, a copy of its snapshot."""
-        return self._view().step_state(self.require_step(step_cls), key)
+        return self.run_context.view(self).step_state(self.require_step(step_cls), key)
 
     def save_step_state(self, step_cls: type[Step] | str, data: dict[str, Any]) -> None:
         self._state_owner(step_cls).save_state(data)
@@ -231,13 +220,13 @@ class Flow:
         return self._state_owner(step_cls).get_transient_state(path)
 
     def _state_owner(self, step_cls: type[Step] | str) -> Step:
-        return self._view().state_owner(self.require_step(step_cls))
+        return self.run_context.view(self).state_owner(self.require_step(step_cls))
 
     # -- memory -------------------------------------------------------------------------------
 
     def get_memory(self, namespace: str | None = None) -> Any:
         """The Memory container, or the live message list of one namespace (a private clone in a worker)."""
-        memory = self._view().memory()
+        memory = self.run_context.view(self).memory()
         if namespace is None:
             return memory
         return memory.messages(namespace)
@@ -250,20 +239,15 @@ class Flow:
         Navigation messages the framework writes between steps are left out.
         """
         memory = self.get_memory()
+        steps = self.run_context.steps
         if namespace not in memory.names():
-            return read_conversation([], self._steps, max_prior_requests)
-        return read_conversation(memory.messages(namespace), self._steps, max_prior_requests)
+            return read_conversation([], steps, max_prior_requests)
+        return read_conversation(memory.messages(namespace), steps, max_prior_requests)
 
     # -- tools --------------------------------------------------------------------------------
 
     def get_tool(self, name: str) -> ToolSpec | None:
-        return self._tools.get(name)
-
-    def _require_tool(self, name: str) -> ToolSpec:
-        spec = self._tools.get(name)
-        if spec is None:
-            raise PicoFlowError(f"Tool '{name}' is not defined in flow '{self.id}'.")
-        return spec
+        return self.run_context.tools.get(name)
 
     # -- MCP servers --------------------------------------------------------------------------
 
@@ -309,190 +293,56 @@ class Flow:
 
     def get_session_doc(self) -> SessionDoc:
         """The session document; inside a parallel worker, a read-only view of it."""
-        return self._view().session_doc(self._require_doc())
-
-    def _require_doc(self) -> SessionDoc:
-        if self._doc is None:
-            raise PicoFlowError("The session document is not loaded yet.")
-        return self._doc
+        return self.run_context.view(self).session_doc(self.run_context.require_doc())
 
     def get_session_id(self) -> str:
         return self.get_session_doc().id
 
     def get_attachments(self) -> list[FileRef]:
         """The files the user attached to this turn's message (references; the bytes stay in the file store)."""
-        return list(self._turn().files.attached)
-
-    def _turn(self) -> Runtime:
-        if self._runtime is None:
-            raise PicoFlowError("The flow is not running a turn.")
-        return self._runtime
-
-    def _view(self) -> FlowView:
-        """The flow's own view of its data, or the isolated view of the parallel worker running this task."""
-        return worker_view(self) or self._shared
+        context = self.run_context
+        context.require_services()
+        return list(context.files.attached)
 
     def mark_completed(self) -> None:
         self._refuse_in_worker("complete the session")
-        self._require_doc().run_status = "completed"
+        self.run_context.require_doc().run_status = "completed"
 
     async def checkpoint(self) -> None:
         """Save the session now, through the engine's normal save path (used by root-join checkpoints)."""
         self._refuse_in_worker("save the session")
-        await self._turn().checkpoint(self)
+        await self.run_context.require_services().save()
 
     @property
     def logger(self) -> SessionLogger:
         """Writes entries into the session document's log arrays (workers log here too)."""
-        return SessionLogger(self._require_doc())
+        return SessionLogger(self.run_context.require_doc())
 
     def model_selection(self) -> ModelSelection:
-        if self._model is None:
+        """The session's model: the one it started with, else ``config_model()``."""
+        context = self.run_context
+        if context.model is None:
             selection = self.config_model()
-            self._model = selection if isinstance(selection, ModelSelection) else ModelSelection(**selection)
-        return self._model
+            context.model = selection if isinstance(selection, ModelSelection) else ModelSelection(**selection)
+        return context.model
 
     # -- cursor -------------------------------------------------------------------------------
 
     async def goto(self, target: type[Step] | str) -> Step:
         """Move the durable cursor: ``on_exit`` on the old step, a sequence entry, ``on_enter`` on the new."""
         name = step_name(target)
-        self._ensure_top_level(name)
+        ensure_top_level(self, name)
         step = self.require_step(name)
-        if name == self._current:
+        context = self.run_context
+        if name == context.current:
             return step
         previous = self.get_current_step()
         if previous is not None:
             await previous.on_exit()
-        self._sequence.append(SequenceItem(level=1, step_name=name))
-        self._current = name
+        context.sequence.append(SequenceItem(level=1, step_name=name))
+        context.current = name
         await step.on_enter()
         return step
 
-    def _ensure_top_level(self, target: str) -> None:
-        """Refuse to route while a nested child executes: only the owning step decides where to go."""
-        if not execution_frames(self):
-            return
-        message = (
-            f"Cannot goto '{target}' from a child execution frame. "
-            "Return a result to the owning step instead."
-        )
-        self._view().forbid(message)
-        raise PicoFlowError(message)
-
-    def _extend_sequence(self, items: list[SequenceItem]) -> None:
-        """Append nested-execution entries to the sequence trace."""
-        self._sequence.extend(items)
-
     def _refuse_in_worker(self, action: str) -> None:
-        self._view().forbid(f"A run_steps() worker cannot {action}.")
-
-    # -- runtime plumbing (used by FlowEngine) ---------------------------------------------------
-
-    def _collect_steps(self) -> None:
-        steps: dict[str, Step] = {}
-        for step in self.define_steps():
-            if step.id in steps:
-                raise PicoFlowError(
-                    f"Step '{step.id}' is registered twice in flow '{self.id}': register it once in define_steps(), "
-                    "or subclass it (with its own id) for a second role."
-                )
-            steps[step.id] = step
-        if not steps:
-            raise PicoFlowError(f"Flow '{self.id}' defines no steps: return at least one step from define_steps().")
-        self._steps = steps
-        declarations = [ToolDeclaration(spec, "the flow's define_tools()") for spec in self.define_tools()]
-        for step in steps.values():
-            derived = set(typed_tool_specs(type(step)))
-            source = f"step '{step.id}'"
-            declarations += [ToolDeclaration(spec, source, spec in derived) for spec in step.define_tools()]
-        self._tools = tool_registry(declarations, self.id)
-        for step in steps.values():
-            for name in step._exposed_tool_names():
-                if name not in self._tools:
-                    raise PicoFlowError(
-                        f"Tool '{name}' is not defined in flow '{self.id}': step '{step.id}' offers it. Define it "
-                        "with a typed @tool handler or a ToolSpec in define_tools(), or stop offering it."
-                    )
-
-    def _new_flow_doc(self) -> FlowDoc:
-        """The flow object of a brand-new session, with the cursor on the initial step."""
-        initial = self.initial_step()
-        if initial is None:
-            name = next(iter(self._steps))
-        else:
-            name = step_name(initial)
-            if name not in self._steps:
-                raise PicoFlowError(f"Initial step '{name}' is not defined in flow '{self.id}'.")
-        return FlowDoc(
-            name=self.id,
-            model=self.model_selection().to_doc(),
-            context=copy.deepcopy(self._context),
-            steps=[StepDoc(name=s.id) for s in self._steps.values()],
-            current_step=name,
-            sequence=[SequenceItem(level=1, step_name=name)],
-        )
-
-    def _bind(self, doc: SessionDoc, runtime: Runtime | None = None) -> None:
-        """Hydrate this instance from a (loaded or freshly created) session document, for ``runtime``'s turn."""
-        self._runtime = runtime
-        self._doc = doc
-        flow = doc.flow
-        if flow.model is not None:
-            # A session keeps the model it started with.
-            self._model = ModelSelection.from_doc(flow.model)
-        self._context = copy.deepcopy(flow.context)
-        self._memory.load(flow.memory)
-        for step_doc in flow.steps:
-            step = self._steps.get(step_doc.name)
-            if step is not None:
-                step._read_doc(step_doc)
-        if flow.current_step is not None and flow.current_step not in self._steps:
-            raise PicoFlowError(f"Step '{flow.current_step}' is not defined in flow '{self.id}'.")
-        self._current = flow.current_step
-        self._sequence = [item.model_copy() for item in flow.sequence]
-
-    def _write_back(self) -> SessionDoc:
-        """Copy this instance's state into the session document before it is saved."""
-        doc = self.get_session_doc()
-        stored_steps = {s.name: s for s in doc.flow.steps}
-        for step in self._steps.values():
-            stored_steps[step.id] = step._write_doc()
-        doc.flow = FlowDoc(
-            name=self.id,
-            model=self.model_selection().to_doc(),
-            context=copy.deepcopy(self._context),
-            memory=self._memory.dump(),
-            steps=list(stored_steps.values()),
-            current_step=self._current,
-            sequence=list(self._sequence),
-        )
-        doc.version = SESSION_DOC_VERSION
-        return doc
-
-
-class _SharedView:
-    """The flow's own view of its data: reads and writes pass straight through, nothing is refused."""
-
-    worker = None
-
-    def __init__(self, flow: Flow) -> None:
-        self.flow = flow
-
-    def memory(self) -> Memory:
-        return self.flow._memory
-
-    def session_doc(self, doc: SessionDoc) -> SessionDoc:
-        return doc
-
-    def step_state(self, step: Step, key: str | None) -> Any:
-        return step.get_state(key)
-
-    def state_owner(self, step: Step) -> Step:
-        return step
-
-    def forbid(self, message: str) -> None:
-        return None
-
-    def record_write(self, step: Step, fields: Sequence[str]) -> None:
-        return None
+        self.run_context.view(self).forbid(f"A run_steps() worker cannot {action}.")

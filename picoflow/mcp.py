@@ -33,9 +33,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from picoflow.context import time_left
 from picoflow.errors import PicoFlowError
 from picoflow.logger import library_log
-from picoflow.turn.deadline import time_left
 
 #: Seconds a server gets for one operation (connecting included) unless its declaration says otherwise.
 DEFAULT_TIMEOUT_SECONDS = 10.0

@@ -1,4 +1,4 @@
-"""Model-call policy and recovery values: per-attempt timeouts, hook contexts, a fallback model and refusals."""
+"""Recovery values of a model call: which errors are transient, the hook contexts and a fallback model."""
 
 from __future__ import annotations
 
@@ -6,52 +6,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.messages import AIMessage
-
 from picoflow.errors import PicoFlowError
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection
 
 if TYPE_CHECKING:
     from picoflow.parallel import CancellationSignal
 
-# finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
-BLOCKED_FINISH_REASONS = frozenset({"content_filter", "safety", "prohibited_content", "blocklist", "spii"})
-# Error codes with which providers refuse a prompt outright instead of answering.
-BLOCKED_ERROR_CODES = frozenset({"content_filter", "content_policy_violation"})
 
 LlmErrorKind = Literal["invocation_error", "empty_response", "response_rejected"]
 StopReason = Literal["retry_declined", "attempts_exhausted"]
-
-
-@dataclass(frozen=True)
-class LlmCallPolicy:
-    """The resolved, code-owned call policy of one step; never persisted."""
-
-    timeout_ms: int | None = None
-
-
-def _checked_policy(policy: Any, owner: str) -> Mapping[str, Any]:
-    if policy is None:
-        return {}
-    if not isinstance(policy, Mapping):
-        raise PicoFlowError(f"{owner} config_llm_call_policy() must return a dict.")
-    unknown = sorted(set(policy) - {"timeout_ms"})
-    if unknown:
-        raise PicoFlowError(f"{owner} config_llm_call_policy() has unknown key(s) {', '.join(unknown)}.")
-    timeout = policy.get("timeout_ms")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0):
-        raise PicoFlowError(f"{owner} timeout_ms must be a positive integer or None.")
-    return policy
-
-
-def resolve_call_policy(flow_policy: Any, step_policy: Any) -> LlmCallPolicy:
-    """Apply a step's override to the flow policy: an absent key inherits, an int replaces, None removes."""
-    flow_side = _checked_policy(flow_policy, "Flow")
-    step_side = _checked_policy(step_policy, "Step")
-    timeout = flow_side.get("timeout_ms")
-    if "timeout_ms" in step_side:
-        timeout = step_side["timeout_ms"]
-    return LlmCallPolicy(timeout_ms=timeout)
 
 
 # Statuses that say "try again later"; any other 4xx is the request's own fault and is never repeated.
@@ -166,40 +129,3 @@ def retry_with_model(selection: ModelSelection | Mapping[str, Any]) -> RetryWith
     if "retry_attempts" in selection or "retryAttempts" in selection:
         raise PicoFlowError("A retry_with_model() selection may not set retry_attempts.")
     return RetryWithModel(ModelSelection(**selection))
-
-
-@dataclass(frozen=True)
-class Block:
-    """A detected refusal: the normalised reason, the provider's own value and where it happened."""
-
-    reason: str
-    raw_reason: str | None
-    phase: Literal["prompt", "candidate"]
-    details: dict[str, Any]
-
-
-def blocked_response(message: Any) -> Block | None:
-    """A refusal carried by a model answer: a filtering finish reason, a prompt block or a refusal text."""
-    if not isinstance(message, AIMessage):
-        return None
-    metadata = message.response_metadata or {}
-    feedback = metadata.get("prompt_feedback")
-    if isinstance(feedback, Mapping) and feedback.get("block_reason"):
-        raw = str(feedback["block_reason"])
-        return Block(raw.lower(), raw, "prompt", {"prompt_feedback": dict(feedback)})
-    finish = metadata.get("finish_reason")
-    if isinstance(finish, str) and finish.lower() in BLOCKED_FINISH_REASONS:
-        details = {"safety_ratings": metadata["safety_ratings"]} if metadata.get("safety_ratings") else {}
-        return Block(finish.lower(), finish, "candidate", details)
-    refusal = (message.additional_kwargs or {}).get("refusal")
-    if refusal:
-        return Block("refusal", None, "candidate", {"refusal": str(refusal)})
-    return None
-
-
-def blocked_error(error: BaseException) -> Block | None:
-    """A refusal reported by raising, e.g. an OpenAI-compatible ``content_filter`` error for the prompt."""
-    code = getattr(error, "code", None)
-    if isinstance(code, str) and code.lower() in BLOCKED_ERROR_CODES:
-        return Block(code.lower(), code, "prompt", {})
-    return None

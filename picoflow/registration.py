@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from picoflow.context import offered_tool_names, step_name, tool_handler
+from picoflow.decision_step import DecisionStep, check_decision_setup
 from picoflow.errors import PicoFlowError
 from picoflow.flow import Flow
 from picoflow.models.registry import ProviderRegistry
 from picoflow.protocols import ProviderSet
 from picoflow.step import Step
 from picoflow.tools import group_handlers
-from picoflow.transitions import step_name
 
 
 def check_flow_configuration(flow_cls: type[Flow], services: ProviderSet) -> None:
@@ -28,7 +29,7 @@ def check_flow_configuration(flow_cls: type[Flow], services: ProviderSet) -> Non
     """
     try:
         flow = flow_cls()
-        flow._collect_steps()
+        flow.run_context.collect(flow)
     except PicoFlowError as exc:
         raise PicoFlowError(f"Flow '{flow_cls.id}' cannot be registered: {exc.message}") from exc
     except NotImplementedError as exc:
@@ -38,7 +39,8 @@ def check_flow_configuration(flow_cls: type[Flow], services: ProviderSet) -> Non
     _check_initial_step(flow)
     for step in flow.get_steps():
         _check_handlers(flow, step)
-        step._check_setup(services)
+        if isinstance(step, DecisionStep):
+            check_decision_setup(step, services)
     _check_models(flow, services.providers)
 
 
@@ -69,8 +71,8 @@ def _check_initial_step(flow: Flow) -> None:
 
 def _check_handlers(flow: Flow, step: Step) -> None:
     grouped = {name for names in group_handlers(type(step)) for name in names}
-    for name in step._exposed_tool_names():
-        if step._tool_handler(name) is None and name not in grouped:
+    for name in offered_tool_names(step):
+        if tool_handler(step, name) is None and name not in grouped:
             raise PicoFlowError(
                 f"Flow '{flow.id}', step '{step.id}': tool '{name}' is offered to the model but nothing handles it. "
                 f"Add a handler to the step (@tool async def {name}(self, args) -> ...) or stop offering it in "

@@ -1,4 +1,4 @@
-"""The result of one turn, as ``FlowEngine.run`` returns it."""
+"""The result of one turn, as ``FlowEngine.run`` returns it, and the failure answer for each error."""
 
 from __future__ import annotations
 
@@ -6,6 +6,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from picoflow.errors import (
+    RETRY_AFTER_SECONDS,
+    BadRequestError,
+    PicoFlowError,
+    SessionOutcomeUnknownError,
+    SessionStoreError,
+    public_message,
+)
+from picoflow.logger import library_log
 from picoflow.session.document import TokenUsage
 from picoflow.wire import PLAIN_TEXT
 
@@ -49,3 +58,47 @@ class RunResponse(BaseModel):
     def receipt_response(self) -> dict[str, Any]:
         """What a receipt keeps of this response, to answer a retry of the same key identically."""
         return self.model_dump(exclude={"replayed", "retry_after", "tokens", "detail"})
+
+    @classmethod
+    def failure(
+        cls, exc: PicoFlowError, session: str, request_id: str, *, cause: BaseException | None = None,
+        saved: bool = False,
+    ) -> RunResponse:
+        """The answer for ``exc``, logged with its code and origin; ``saved`` when the request saved the session
+        before failing. The message is the code's fixed sentence: exception text stays in the logs."""
+        cause = cause or exc.__cause__ or exc
+        extra: dict[str, Any] = {
+            "requestId": request_id,
+            "code": exc.code,
+            "statusCode": exc.status_code,
+            "errorType": type(cause).__name__,
+            "where": _origin(cause),
+        }
+        if isinstance(exc, SessionStoreError | SessionOutcomeUnknownError):
+            # Our own wording: operation, endpoint and backend code, never user text.
+            extra["detail"] = exc.message
+        (library_log.error if exc.status_code >= 500 else library_log.info)("Turn failed", extra=extra)
+        return cls(
+            success=False,
+            completed=False,
+            message=client_message(exc, saved=saved),
+            session=session,
+            error_code=exc.code,
+            status_code=exc.status_code,
+            request_id=request_id,
+            retry_after=RETRY_AFTER_SECONDS.get(exc.code) if exc.status_code >= 409 else None,
+            detail=exc.message,
+        )
+
+
+def client_message(exc: PicoFlowError, *, saved: bool = False) -> str:
+    """What a client is told of ``exc``: request checks speak their own fixed sentences, the rest their code's."""
+    return exc.message if isinstance(exc, BadRequestError) else public_message(exc.code, saved=saved)
+
+
+def _origin(exc: BaseException) -> str | None:
+    """``file:line`` where ``exc`` was raised, for the logs (its message may quote user data)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else None

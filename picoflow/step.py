@@ -1,38 +1,26 @@
-"""Step: one stage of a flow, owning a prompt, tools, durable state and a memory namespace."""
+"""Step: one stage of a flow, owning a prompt, tools, durable state and a memory namespace; and the transitions
+(``go``, ``stay``, ``direct``, ...) its handlers, logic and ``on_response`` return."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
+from picoflow.context import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path, step_name
 from picoflow.errors import PicoFlowError
-from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
-from picoflow.models.selection import ModelSelection
-from picoflow.protocols import FlowLike, ProviderSet, Worker
-from picoflow.recovery import (
-    LlmAttemptErrorContext,
-    LlmBlockedContext,
-    LlmCallPolicy,
-    LlmErrorContext,
-    resolve_call_policy,
-)
-from picoflow.session.document import StepDoc, format_timestamp, validate_namespace
-from picoflow.state import deep_merge, read_path
-from picoflow.tools import (
-    InvalidToolArguments,
-    ToolSpec,
-    decorated_tools,
-    exposed_order,
-    group_handlers,
-    handled_tool_call,
-    typed_tool_specs,
-)
-from picoflow.transitions import Transition, go
+from picoflow.messages import OPENER_TEXT, DirectMessage, HumanMessageEx, as_text, gen_message_id, message_step
+from picoflow.models.registry import ModelSelection
+from picoflow.protocols import FlowLike, Named, Worker
+from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
+from picoflow.session.document import format_timestamp, validate_namespace
+from picoflow.tools import InvalidToolArguments, ToolSpec, handled_tool_call, handling_step, typed_tool_specs
 from picoflow.wire import PLAIN_TEXT
 
 if TYPE_CHECKING:
@@ -49,9 +37,159 @@ if TYPE_CHECKING:
         StateChannel,
     )
 
-TRANSIENT_KEY = "_transient"
-PROMPT_KEY = "_prompt"
-SAVE_ON_KEY = "_saveOn"
+
+
+# -- transitions --------------------------------------------------------------------------------
+
+TOOL_VALIDATED = "input validated"
+
+
+@dataclass(frozen=True)
+class Transition:
+    """Where to go next and what to apply on the destination; every ``with_*`` returns a new object."""
+
+    step: str
+    tool: str | None = None
+    message: BaseMessage | None = None
+    prompt: str | None = None
+    state: dict[str, Any] | None = None
+    content_type: str | None = None
+    finish: bool = False
+
+    def with_tool_feedback(self, feedback: str) -> Transition:
+        """The tool result the model reads for the call that returned this (default ``input validated``)."""
+        return replace(self, tool=feedback)
+
+    def with_state(self, state: dict[str, Any]) -> Transition:
+        """Save ``state`` on the destination step, as its ``save_state(state)`` would, once the cursor is there.
+
+        The destination is the step this transition goes to: ``go(X).with_state(...)`` writes X's state (hand-over
+        of what X owns); ``stay(...)``, ``direct(...)`` and ``finish(...)`` write the executing step's.
+        """
+        return replace(self, state=dict(state))
+
+    def with_prompt(self, prompt: str) -> Transition:
+        """Save ``prompt`` as the destination step's ``_prompt``, which its default ``get_prompt()`` returns."""
+        return replace(self, prompt=prompt)
+
+    def with_message(self, message: BaseMessage) -> Transition:
+        """Hand ``message`` to the destination step: it opens the step's next model call (after the tool results).
+
+        Crossing into another step, that step's ``on_crossing(message, prior_step)`` receives it first and decides
+        what is kept. A ``DirectMessage`` is the reply itself, sent without a model call.
+        """
+        return replace(self, message=message)
+
+    def with_content_type(self, content_type: str) -> Transition:
+        """Set the destination step's response content type (e.g. ``application/json``)."""
+        return replace(self, content_type=content_type)
+
+
+def go(target: Any) -> Transition:
+    """Move the cursor to ``target`` (a Step class or a registered step name)."""
+    return Transition(step=step_name(target))
+
+
+def _handler_step(what: str) -> Named:
+    step = handling_step()
+    if step is None:
+        raise PicoFlowError(f"{what}() can only be returned from inside a running tool handler or decision hook.")
+    return step
+
+
+def stay(feedback: str | None = None) -> Transition:
+    """Keep the executing step and send ``feedback`` (default ``input validated``) back to the model."""
+    step = _handler_step("stay")
+    return Transition(step=step.id, tool=feedback or TOOL_VALIDATED)
+
+
+def direct(content: Any) -> Transition:
+    """Answer the caller with ``content`` verbatim and keep the cursor; no further model call this turn.
+
+    Returned from a tool handler, or from a ``DecisionStep``'s ``on_decision``/``on_decision_error``.
+    """
+    step = _handler_step("direct")
+    return Transition(step=step.id, message=DirectMessage(step, content))
+
+
+def direct_to(target: Any, content: Any) -> Transition:
+    """Move the cursor to ``target`` and answer with ``content`` verbatim, without a model call."""
+    name = step_name(target)
+    return Transition(step=name, message=DirectMessage(name, content))
+
+
+def finish(content: Any) -> Transition:
+    """Complete the session, keep the cursor, and answer with ``content`` verbatim."""
+    step = handling_step()
+    # Outside a handler (on_response, a logic step) the step is known only when the answer is delivered.
+    message = DirectMessage(step, content) if step else DirectMessage("", content, id=None)
+    # An empty step name keeps the cursor wherever it is.
+    return Transition(step="", message=message, finish=True)
+
+
+@dataclass(frozen=True)
+class DirectResult:
+    """A worker tool's answer that ends the worker with ``value`` as its output (no further model call)."""
+
+    value: Any
+
+
+def direct_result(value: Any) -> DirectResult:
+    """From a tool handler of a ``run_steps()`` worker: stop that worker and use ``value`` as its output."""
+    # Imported here: only run_steps() workers return direct results, and the parallel machinery is theirs.
+    from picoflow.parallel import check_json
+
+    check_json(value, "The direct_result() value")
+    return DirectResult(copy.deepcopy(value))
+
+
+def as_transition(value: Any) -> Transition | None:
+    """Interpret a handler/logic/on_response result as a transition, or ``None`` if it is not one.
+
+    A class with a non-empty string ``id`` (a step class) routes to that step.
+    """
+    if isinstance(value, Transition):
+        return value
+    if isinstance(value, str) and value.strip():
+        return Transition(step=value.strip())
+    name = getattr(value, "id", None) if isinstance(value, type) else None
+    if isinstance(name, str) and name:
+        return Transition(step=name)
+    return None
+
+
+# -- steps --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LlmCallPolicy:
+    """The resolved, code-owned call policy of one step; never persisted."""
+
+    timeout_ms: int | None = None
+
+
+def _checked_policy(policy: Any, owner: str) -> Mapping[str, Any]:
+    if policy is None:
+        return {}
+    if not isinstance(policy, Mapping):
+        raise PicoFlowError(f"{owner} config_llm_call_policy() must return a dict.")
+    unknown = sorted(set(policy) - {"timeout_ms"})
+    if unknown:
+        raise PicoFlowError(f"{owner} config_llm_call_policy() has unknown key(s) {', '.join(unknown)}.")
+    timeout = policy.get("timeout_ms")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0):
+        raise PicoFlowError(f"{owner} timeout_ms must be a positive integer or None.")
+    return policy
+
+
+def resolve_call_policy(flow_policy: Any, step_policy: Any) -> LlmCallPolicy:
+    """Apply a step's override to the flow policy: an absent key inherits, an int replaces, None removes."""
+    flow_side = _checked_policy(flow_policy, "Flow")
+    step_side = _checked_policy(step_policy, "Step")
+    timeout = flow_side.get("timeout_ms")
+    if "timeout_ms" in step_side:
+        timeout = step_side["timeout_ms"]
+    return LlmCallPolicy(timeout_ms=timeout)
 
 
 class Step:
@@ -68,7 +206,6 @@ class Step:
         self.flow = flow
         self._namespace: str | None = None
         self._model_override: ModelSelection | None = None
-        self._state: dict[str, Any] = {}
         self._content_type = PLAIN_TEXT
 
     # -- registration -------------------------------------------------------------------------
@@ -96,15 +233,17 @@ class Step:
 
     def model_selection(self) -> ModelSelection:
         """The effective selection: the flow's, or this step's override inheriting what it leaves unset."""
-        base = self.flow.model_selection()
-        override = self._model_override
+        context = self.flow.run_context
+        base = context.model or self.flow.model_selection()
+        # A session keeps the model a step started with, unless the code now chooses one.
+        override = self._model_override or context.step_models.get(self.id)
         return base if override is None else override.inherit(base)
 
     # -- hooks --------------------------------------------------------------------------------
 
     def get_prompt(self) -> str | None:
         """The system prompt; by default whatever ``.with_prompt()`` stored."""
-        return self._state.get(PROMPT_KEY)
+        return self.flow.run_context.state_of(self).get(PROMPT_KEY)
 
     def define_tools(self) -> list[ToolSpec]:
         """Tool definitions this step contributes to the flow-wide registry.
@@ -169,7 +308,7 @@ class Step:
 
         Override to prepare state (then call ``super().run(...)``) or to compute a nested worker's output.
         """
-        return await self.flow._turn().run_model_loop(self, user_message)
+        return await self.flow.run_context.require_services().model_loop(self, user_message)
 
     # -- model-call policy and recovery ---------------------------------------------------------
 
@@ -202,7 +341,7 @@ class Step:
 
     def is_end(self) -> bool:
         """Whether the response reports the session as completed."""
-        return self.flow.get_session_doc().run_status == "completed"
+        return self.flow.run_context.require_doc().run_status == "completed"
 
     # -- state --------------------------------------------------------------------------------
 
@@ -210,15 +349,16 @@ class Step:
         """Replace ``data``'s first key, deep-merge the rest, and stamp ``_saveOn``."""
         if not data:
             return
-        self.flow._view().record_write(self, list(data))
-        first = next(iter(data))
-        self._state.pop(first, None)
-        deep_merge(self._state, data)
-        self._state[SAVE_ON_KEY] = format_timestamp(datetime.now(UTC))
+        context = self.flow.run_context
+        context.view(self.flow).record_write(self, list(data))
+        state = context.state_of(self)
+        state.pop(next(iter(data)), None)
+        deep_merge(state, data)
+        state[SAVE_ON_KEY] = format_timestamp(datetime.now(UTC))
 
     def get_state(self, path: str | None = None) -> Any:
         """The whole durable state, or one dotted path in it."""
-        return read_path(self._state, path)
+        return read_path(self.flow.run_context.state_of(self), path)
 
     def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
         """Another registered step's state, by class or name: the whole state, or the value at ``key`` (a dotted
@@ -226,25 +366,28 @@ class Step:
         return self.flow.get_step_state(step_cls, key)
 
     def remove_state(self, key: str) -> None:
-        self.flow._view().record_write(self, [key])
-        self._state.pop(key, None)
+        context = self.flow.run_context
+        context.view(self.flow).record_write(self, [key])
+        context.state_of(self).pop(key, None)
 
     def save_transient_state(self, data: dict[str, Any]) -> None:
         """Keep ``data`` for this request only; it is never persisted."""
-        self.flow._view().record_write(self, [])
-        deep_merge(self._state.setdefault(TRANSIENT_KEY, {}), data)
+        context = self.flow.run_context
+        context.view(self.flow).record_write(self, [])
+        deep_merge(context.state_of(self).setdefault(TRANSIENT_KEY, {}), data)
 
     def get_transient_state(self, path: str | None = None) -> Any:
-        return read_path(self._state.get(TRANSIENT_KEY, {}), path)
+        return read_path(self.flow.run_context.state_of(self).get(TRANSIENT_KEY, {}), path)
 
     def get_context(self, path: str | None = None) -> Any:
-        return self.flow.get_context(path)
+        """The flow context (or one dotted path in it), as ``flow.get_context`` reads it."""
+        return copy.deepcopy(read_path(self.flow.run_context.values, path))
 
     # -- memory -------------------------------------------------------------------------------
 
     def get_memory(self) -> list[BaseMessage]:
         """The live history of this step's namespace (index 0 is the system slot)."""
-        return self.flow.get_memory(self.namespace)
+        return self.flow.run_context.view(self.flow).memory().messages(self.namespace)
 
     def get_last_message(self) -> BaseMessage | None:
         messages = self.get_memory()
@@ -256,7 +399,7 @@ class Step:
         A rolling summary of the namespace is kept and still reaches the model; call
         ``flow.get_memory().clear_summary(namespace)`` as well for a completely fresh start.
         """
-        return self.flow.get_memory().namespace(self.namespace).erase()
+        return self.flow.run_context.view(self.flow).memory().namespace(self.namespace).erase()
 
     def gen_message_id(self) -> str:
         return gen_message_id(self)
@@ -270,7 +413,7 @@ class Step:
         call = call or handled_tool_call()
         if not call or not call.get("id"):
             raise PicoFlowError("tool_idempotency_key() needs a tool call: use it inside a tool handler.")
-        raw = f"{self.flow.get_session_id()}|{self.id}|{call.get('name')}|{call['id']}"
+        raw = f"{self.flow.run_context.require_doc().id}|{self.id}|{call.get('name')}|{call['id']}"
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
 
     # -- content type and completion ------------------------------------------------------------
@@ -291,7 +434,7 @@ class Step:
 
     async def run_step(self, step_cls: type[Step] | str, user_message: str | None = None) -> Any:
         """Run a registered child step inside this turn and return its answer; the cursor stays put."""
-        return await self.flow._turn().run_child(self.flow, step_cls, user_message)
+        return await self.flow.run_context.require_services().run_child(self.flow, step_cls, user_message)
 
     async def run_steps(
         self,
@@ -307,7 +450,7 @@ class Step:
         Branch results come back in request order. ``failure_policy="atomic"`` publishes nothing when a
         branch fails; ``checkpoint="root-join"`` saves the session right after a top-level join.
         """
-        return await self.flow._turn().run_steps(
+        return await self.flow.run_context.require_services().run_steps(
             self,
             requests,
             failure_policy=failure_policy,
@@ -335,61 +478,10 @@ class Step:
         return self._own_worker(f"Step '{self.id}' is not running as a run_steps() worker.").invocation
 
     def _own_worker(self, refusal: str) -> Worker:
-        worker = self.flow._view().worker
+        worker = self.flow.run_context.view(self.flow).worker
         if worker is None or worker.step is not self:
             raise PicoFlowError(refusal)
         return worker
-
-    def _check_setup(self, services: ProviderSet) -> None:
-        """Refuse, when the flow is registered, configuration that ``services`` cannot serve (nothing here)."""
-
-    # -- tools (runtime) ----------------------------------------------------------------------
-
-    def _exposed_tool_names(self) -> list[str]:
-        names = list(self.use_tools())
-        for name in exposed_order(type(self)):
-            if name not in names:
-                names.append(name)
-        # MCP tools are described by their servers, not by the flow's registry: they are offered separately.
-        mcp_names = {name for offer in self.use_mcp_tools() for name in offer.tools}
-        return [name for name in names if name not in mcp_names] if mcp_names else names
-
-    def _tool_handler(self, name: str) -> Any:
-        """The bound handler for one tool: decorated first, then a same-named method, else None."""
-        method = decorated_tools(type(self)).get(name)
-        if method is not None:
-            return getattr(self, method)
-        candidate = getattr(self, name, None)
-        return candidate if callable(candidate) and not name.startswith("_") else None
-
-    def _group_handler(self, names: set[str]) -> Any:
-        method = group_handlers(type(self)).get(frozenset(names))
-        return getattr(self, method) if method else None
-
-    # -- persistence (runtime) ------------------------------------------------------------------
-
-    def _new_worker(self, state: dict[str, Any]) -> Step:
-        """A fresh instance for one parallel invocation, configured like this one, owning ``state``."""
-        worker = type(self)(self.flow)
-        worker._namespace = self._namespace
-        worker._model_override = self._model_override
-        worker._content_type = self._content_type
-        worker._state = state
-        return worker
-
-    def _read_doc(self, doc: StepDoc) -> None:
-        self._state = copy.deepcopy(doc.state)
-        if doc.model is not None and not self.is_logic() and self._model_override is None:
-            self._model_override = ModelSelection.from_doc(doc.model)
-
-    def _write_doc(self) -> StepDoc:
-        state = {k: copy.deepcopy(v) for k, v in self._state.items() if k != TRANSIENT_KEY}
-        model = None
-        if not self.is_logic() and self._model_override is not None:
-            selection = self.model_selection()
-            if selection != self.flow.model_selection():
-                model = selection.to_doc()
-        return StepDoc(name=self.id, state=state, model=model)
 
 
 class LogicStep(Step):

@@ -11,15 +11,15 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from picoflow.compaction import (
+from picoflow.context import SummaryConfig
+from picoflow.errors import CompactionError
+from picoflow.messages import summary_system_message
+from picoflow.session.lifecycle import (
     CompactionResult,
-    SummaryConfig,
     choose_cut,
     compact_history,
     orphan_tool_messages,
-    summary_system_message,
 )
-from picoflow.errors import CompactionError
 
 USAGE = {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}
 

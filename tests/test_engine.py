@@ -234,6 +234,14 @@ async def test_restore_hook_changes_are_written_and_an_unchanged_restore_costs_n
         return await original_save(doc, expected)
 
     store.save = counting_save
+    original_insert = store.insert
+
+    async def counting_insert(doc):
+        # A new session's first write is its insert (one write per first turn).
+        writes.append(0)
+        return await original_insert(doc)
+
+    store.insert = counting_insert
     engine, _ = scripted_engine([MigratingFlow], [text("a"), text("b"), text("c")], store=store)
     first = await engine.run("MigratingFlow", "hi")
     assert writes == [0]

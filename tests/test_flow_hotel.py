@@ -20,8 +20,7 @@ from flows.hotel.steps import ExploreStep
 from picoflow import FlowEngine
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.compaction import SUMMARY_MESSAGE_PREFIX
-from picoflow.messages import message_step
+from picoflow.messages import SUMMARY_MESSAGE_PREFIX, message_step
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.stores import MemorySessionStore

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from picoflow import Flow, ModelSelection, Step
-from picoflow.session.document import SESSION_DOC_VERSION, validate_namespace
-from picoflow.session.store import encode_document
+from picoflow.session.document import SESSION_DOC_VERSION, encode_document, validate_namespace
 from picoflow.stores import MemorySessionStore, SessionDoc
 from tests.support.engine import scripted_engine, text
 

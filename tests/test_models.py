@@ -9,16 +9,15 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, Step
+from picoflow.context import model_call_for
 from picoflow.errors import PicoFlowError, ScriptedModelError
+from picoflow.messages import usage_from_message
 from picoflow.models.common import CLIENT_RETRIES
-from picoflow.models.context import model_call_for
 from picoflow.models.factory import default_registry
 from picoflow.models.openai import OpenAIProvider
-from picoflow.models.registry import ModelProvider, ProviderRegistry, provider_family
+from picoflow.models.registry import ModelProvider, ModelSelection, ProviderRegistry, provider_family
 from picoflow.models.scripted import ScriptedChatModel, ScriptedProvider
-from picoflow.models.selection import ModelSelection
 from picoflow.stores import MemorySessionStore
-from picoflow.tokens import usage_from_message
 
 SCRIPTED = ModelSelection(provider="scripted", name="any-model")
 

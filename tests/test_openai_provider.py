@@ -8,11 +8,10 @@ import openai
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
-from picoflow.models.context import call_deadline
+from picoflow.context import call_deadline
+from picoflow.messages import usage_from_message
 from picoflow.models.openai import OpenAIProvider, retry_after_seconds
-from picoflow.models.registry import ProviderRegistry
-from picoflow.models.selection import ModelSelection
-from picoflow.tokens import usage_from_message
+from picoflow.models.registry import ModelSelection, ProviderRegistry
 from tests.support.fake_openai import FakeOpenAIServer, chat_completion, usage_block
 
 WEATHER_TOOL = {

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from picoflow.transitions import direct_result
 from pydantic import BaseModel
 
 from picoflow import Flow, ModelSelection, Step, ToolSpec, tool
@@ -26,7 +27,6 @@ from picoflow.errors import (
 from picoflow.messages import HumanMessageEx
 from picoflow.parallel import CancellationSignal, RunStepRequest, StepChannels
 from picoflow.stores import MemorySessionStore
-from picoflow.transitions import direct_result
 from tests.support.engine import call, scripted_engine, text
 
 Scenario = Callable[[Step], Awaitable[Any]]

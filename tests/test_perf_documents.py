@@ -11,8 +11,15 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from picoflow.messages import _build_validated, from_message_doc, to_message_doc
-from picoflow.session.document import MessageDoc, NamespaceDoc, SessionDoc, ToolCallDoc
-from picoflow.session.store import decode_document, encode_document, parse_json
+from picoflow.session.document import (
+    MessageDoc,
+    NamespaceDoc,
+    SessionDoc,
+    ToolCallDoc,
+    decode_document,
+    encode_document,
+    parse_json,
+)
 
 TEXT = st.text(max_size=12)
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT

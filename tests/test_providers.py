@@ -19,16 +19,15 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import BaseModel
 
 from picoflow.errors import PicoFlowError
+from picoflow.messages import usage_from_message
 from picoflow.models.anthropic import AnthropicProvider
 from picoflow.models.bedrock import BedrockProvider
 from picoflow.models.common import CLIENT_RETRIES, DEFAULT_TIMEOUT_SECONDS, usage_normalising
 from picoflow.models.factory import default_registry
 from picoflow.models.google import GoogleProvider
 from picoflow.models.openai import OPENAI_COMPATIBLE, OpenAIProvider
-from picoflow.models.registry import ProviderRegistry
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.session.document import TokenUsage
-from picoflow.tokens import usage_from_message
 from tests.support.fake_openai import FakeOpenAIServer, chat_completion
 
 BUILT_IN = [

@@ -8,11 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from picoflow.context import model_call_for
 from picoflow.decision import ChatDecisionProvider, Choice, DecisionRequest, Noul
-from picoflow.models.context import model_call_for
-from picoflow.models.registry import ProviderRegistry
+from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.models.selection import ModelSelection
 
 ROOT = Path(__file__).resolve().parents[1]
 

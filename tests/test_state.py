@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
+from picoflow.context import deep_merge, read_path
 from picoflow.errors import PicoFlowError
-from picoflow.state import deep_merge, read_path
 
 
 class OwnerStep(Step):

@@ -1,7 +1,7 @@
 from langchain_core.messages import AIMessage
 
+from picoflow.messages import add_usage, usage_from_message
 from picoflow.session.document import TokenUsage
-from picoflow.tokens import add_usage, usage_from_message
 
 
 def _fields(usage: TokenUsage) -> dict[str, int]:

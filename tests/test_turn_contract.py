@@ -21,7 +21,7 @@ from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.errors import PUBLIC_MESSAGES, RETRY_AFTER_SECONDS, SessionStoreError, public_message
 from picoflow.stores import MemorySessionStore
-from picoflow.turn.model_call import _Failure
+from picoflow.turn.loop import _Failure
 from tests.support import faulty_flows
 from tests.support.engine import call, scripted_engine, text
 from tests.support.faulty_flows import MARKER, FaultyFlow, KeepingFlow

@@ -1,38 +1,79 @@
-"""A turn's view of its files: the ones the user attached, and their bytes read at most once per turn."""
+"""File references become the provider's own content parts, only in the request a model is sent.
+
+A reference is turned into LangChain's standard data block (``image`` or ``file`` with base64 data), which
+each provider package converts to its API's part: OpenAI image_url and file parts, Anthropic and Bedrock
+image and document blocks, Gemini inline data. The stored messages keep the references.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import base64
+from typing import Any
 
-from picoflow.files.refs import FileRef, digest_of
-from picoflow.files.store import FileStore
+from langchain_core.messages import BaseMessage
+
+from picoflow.context import TurnFiles, time_left
+from picoflow.errors import FileRefusedError, FileStoreError
+from picoflow.files.refs import IMAGE_TYPES, FileRef, is_file_part, part_ref
+
+GONE_TEXT = "[The attached file '{name}' is no longer available.]"
 
 
-class TurnFiles:
-    """The files of one turn and a cache of file bytes, seeded with what the intake already read
-    (and checked).
+def has_file_parts(messages: list[BaseMessage]) -> bool:
+    """Whether any message of ``messages`` references a file."""
+    return any(isinstance(m.content, list) and any(is_file_part(p) for p in m.content) for m in messages)
 
-    ``read`` fetches a referenced file from ``store`` once per turn (an earlier turn's file too) and hands
-    back None when it is gone or no longer has the referenced digest.
+
+async def with_file_parts(
+    messages: list[BaseMessage], files: TurnFiles, accepted: frozenset[str], step_id: str
+) -> list[BaseMessage]:
+    """``messages`` with each file reference replaced by its bytes as a standard data block.
+
+    A type the model does not read raises ``FileRefusedError`` (``FILE_TYPE_UNSUPPORTED``) before anything
+    is fetched; fetching is bounded by what is left of the turn. A file the store no longer holds is named
+    in a text part instead.
     """
+    if not has_file_parts(messages):
+        return messages
+    refs = [ref for m in messages if isinstance(m.content, list) for ref in _refs(m.content)]
+    if any(ref.content_type not in accepted for ref in refs):
+        raise FileRefusedError(
+            f"The model of step '{step_id}' cannot read one of the attached file types.",
+            code="FILE_TYPE_UNSUPPORTED", status_code=415,
+        )
+    data = await _fetch(files, refs)
+    converted = []
+    for message in messages:
+        if isinstance(message.content, list) and any(is_file_part(part) for part in message.content):
+            content = [_provider_part(part, data) if is_file_part(part) else part for part in message.content]
+            message = message.model_copy(update={"content": content})
+        converted.append(message)
+    return converted
 
-    def __init__(
-        self, store: FileStore | None, attached: Sequence[FileRef] = (), data: Mapping[str, bytes] | None = None
-    ) -> None:
-        self.store = store
-        #: The files the user attached to this turn's message.
-        self.attached: list[FileRef] = list(attached)
-        self._pending = list(attached)
-        self._cache: dict[str, bytes | None] = dict(data or {})
 
-    def take_attached(self) -> list[FileRef]:
-        """The attached files, once: the first message built from the user's input carries them."""
-        pending, self._pending = self._pending, []
-        return pending
+def _refs(content: list[Any]) -> list[FileRef]:
+    refs = [part_ref(part) for part in content if is_file_part(part)]
+    return [ref for ref in refs if ref is not None]
 
-    async def read(self, ref: FileRef) -> bytes | None:
-        """The bytes of ``ref``, or None when the store no longer holds exactly them."""
-        if ref.id not in self._cache:
-            data = None if self.store is None else await self.store.read(ref.id, ref.size)
-            self._cache[ref.id] = data if data is not None and digest_of(data) == ref.digest else None
-        return self._cache[ref.id]
+
+async def _fetch(files: TurnFiles, refs: list[FileRef]) -> dict[str, bytes | None]:
+    unique = {ref.id: ref for ref in refs}
+    try:
+        reads = await asyncio.wait_for(
+            asyncio.gather(*(files.read(ref) for ref in unique.values())), time_left("reading attached files")
+        )
+    except TimeoutError:
+        raise FileStoreError("Reading the attached files ran out of the turn's time.") from None
+    return dict(zip(unique, reads, strict=True))
+
+
+def _provider_part(part: dict[str, Any], data: dict[str, bytes | None]) -> dict[str, Any]:
+    ref = part_ref(part)
+    raw = data.get(ref.id) if ref is not None else None
+    if ref is None or raw is None:
+        return {"type": "text", "text": GONE_TEXT.format(name=part.get("name") or "file")}
+    encoded = base64.b64encode(raw).decode("ascii")
+    if ref.content_type in IMAGE_TYPES:
+        return {"type": "image", "base64": encoded, "mime_type": ref.content_type}
+    return {"type": "file", "base64": encoded, "mime_type": ref.content_type, "filename": ref.name}

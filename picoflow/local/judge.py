@@ -16,11 +16,10 @@ from typing import Any
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, field_validator
 
+from picoflow.context import model_call_for
 from picoflow.errors import PicoFlowError
-from picoflow.models.context import model_call_for
-from picoflow.models.registry import ProviderRegistry
-from picoflow.models.selection import ModelSelection
-from picoflow.tokens import usage_from_message
+from picoflow.messages import usage_from_message
+from picoflow.models.registry import ModelSelection, ProviderRegistry
 
 #: The instructions a judge gets unless ``--judge-prompt`` names another file.
 DEFAULT_PROMPT_PATH = Path(__file__).with_name("judge_prompt.md")

@@ -19,8 +19,7 @@ from picoflow.models.common import (
     import_extra,
     usage_normalising,
 )
-from picoflow.models.registry import ModelProvider
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelProvider, ModelSelection
 
 ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_PARAMS = frozenset({"temperature", "top_p", "top_k", "max_tokens", "timeout", "stop", "thinking"})

@@ -19,8 +19,7 @@ from picoflow.models.common import (
     import_extra,
     usage_normalising,
 )
-from picoflow.models.registry import ModelProvider
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelProvider, ModelSelection
 
 BEDROCK_PARAMS = frozenset(
     {"temperature", "top_p", "max_tokens", "stop", "timeout", "additional_model_request_fields",

@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 from picoflow.errors import PicoFlowError
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelSelection
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 """The per-request timeout of every built-in provider's client, unless a selection sets ``timeout``."""

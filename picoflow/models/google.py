@@ -18,8 +18,7 @@ from picoflow.models.common import (
     env_value,
     import_extra,
 )
-from picoflow.models.registry import ModelProvider
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelProvider, ModelSelection
 
 GOOGLE_DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 GOOGLE_PARAMS = frozenset(

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
+from picoflow.context import call_deadline
 from picoflow.errors import PicoFlowError
 from picoflow.files.refs import IMAGE_TYPES, KNOWN_TYPES
 from picoflow.logger import library_log
@@ -31,9 +32,7 @@ from picoflow.models.common import (
     env_value,
     usage_normalising,
 )
-from picoflow.models.context import call_deadline
-from picoflow.models.registry import ModelProvider
-from picoflow.models.selection import ModelSelection
+from picoflow.models.registry import ModelProvider, ModelSelection
 
 _CHAT_PARAMS = frozenset(
     {"temperature", "top_p", "max_tokens", "max_completion_tokens", "timeout", "seed", "stop",

@@ -27,8 +27,16 @@ from picoflow.errors import (
     SessionStoreError,
     SessionTooLargeError,
 )
-from picoflow.session.document import FlowDoc, SessionDoc, format_timestamp
-from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
+from picoflow.session.document import (
+    FlowDoc,
+    SessionDoc,
+    decode_document,
+    encode_document,
+    format_timestamp,
+    new_document,
+    prepare_write,
+)
+from picoflow.session.store import SessionStore
 from picoflow.threads import run_blocking
 
 #: DynamoDB's item size limit; it counts attribute names as well as values.
@@ -142,16 +150,23 @@ class DynamoDBSessionStore(SessionStore):
         self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None, owner: str | None = None
     ) -> SessionDoc:
         doc = new_document(flow, session_id, owner)
-        item = self._checked_item(doc)
+        await self._put_new("create", doc)
+        return doc
+
+    async def insert(self, doc: SessionDoc) -> SessionDoc:
+        written = prepare_write(doc, 0)
+        await self._put_new("insert", written)
+        return written
+
+    async def _put_new(self, operation: str, doc: SessionDoc) -> None:
         await self._call(
-            "create",
+            operation,
             doc.id,
             "put_item",
             TableName=self.table_name,
-            Item=item,
+            Item=self._checked_item(doc),
             ConditionExpression="attribute_not_exists(id)",
         )
-        return doc
 
     async def save(self, doc: SessionDoc, expected_revision: int) -> SessionDoc:
         written = prepare_write(doc, expected_revision)

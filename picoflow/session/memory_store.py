@@ -6,8 +6,8 @@ import threading
 from typing import Any
 
 from picoflow.errors import SessionConflictError, SessionTooLargeError
-from picoflow.session.document import FlowDoc, SessionDoc
-from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
+from picoflow.session.document import FlowDoc, SessionDoc, decode_document, encode_document, new_document, prepare_write
+from picoflow.session.store import SessionStore
 
 
 class MemorySessionStore(SessionStore):
@@ -49,6 +49,15 @@ class MemorySessionStore(SessionStore):
         with self._lock:
             row = self._rows.get(written.id)
             if row is None or row[0] != expected_revision or row[1] != written.flow.name:
+                raise SessionConflictError(written.id)
+            self._rows[written.id] = (written.revision, written.flow.name, encoded)
+        return written
+
+    async def insert(self, doc: SessionDoc) -> SessionDoc:
+        written = prepare_write(doc, 0)
+        encoded = self._encode(written)
+        with self._lock:
+            if written.id in self._rows:
                 raise SessionConflictError(written.id)
             self._rows[written.id] = (written.revision, written.flow.name, encoded)
         return written

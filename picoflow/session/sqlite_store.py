@@ -10,8 +10,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from picoflow.errors import SessionConflictError, SessionStoreError, SessionTooLargeError
-from picoflow.session.document import FlowDoc, SessionDoc, format_timestamp
-from picoflow.session.store import SessionStore, decode_document, encode_document, new_document, prepare_write
+from picoflow.session.document import (
+    FlowDoc,
+    SessionDoc,
+    decode_document,
+    encode_document,
+    format_timestamp,
+    new_document,
+    prepare_write,
+)
+from picoflow.session.store import SessionStore
 
 T = TypeVar("T")
 
@@ -57,6 +65,12 @@ class SQLiteSessionStore(SessionStore):
         self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None, owner: str | None = None
     ) -> SessionDoc:
         doc = new_document(flow, session_id, owner)
+        if not await self._insert("create", doc):
+            raise SessionConflictError(doc.id)
+        return doc
+
+    async def _insert(self, operation: str, doc: SessionDoc) -> bool:
+        """Write ``doc`` as a new row; False when a row already has its id."""
         text = self._encode(doc)
 
         def insert(conn: sqlite3.Connection) -> bool:
@@ -67,9 +81,13 @@ class SQLiteSessionStore(SessionStore):
             )
             return cursor.rowcount == 1
 
-        if not await self._run("create", doc.id, insert):
-            raise SessionConflictError(doc.id)
-        return doc
+        return await self._run(operation, doc.id, insert)
+
+    async def insert(self, doc: SessionDoc) -> SessionDoc:
+        written = prepare_write(doc, 0)
+        if not await self._insert("insert", written):
+            raise SessionConflictError(written.id)
+        return written
 
     async def save(self, doc: SessionDoc, expected_revision: int) -> SessionDoc:
         written = prepare_write(doc, expected_revision)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from picoflow.context import TurnServices, cancellation_signal, time_left
 from picoflow.decision import (
     RESERVED_FACT_KEYS,
     ChatDecisionProvider,
@@ -25,18 +26,16 @@ from picoflow.decision import (
 )
 from picoflow.decision_step import DecisionStep
 from picoflow.errors import DecisionValidationError, ParallelCancelledError, PicoFlowError
-from picoflow.execution import cancellation_signal
 from picoflow.logger import library_log
-from picoflow.protocols import Runtime
 from picoflow.recovery import is_transient_error
 from picoflow.session.document import DecisionUsage, SessionDoc, TokenUsage
+from picoflow.step import Transition, as_transition
 from picoflow.tools import handling
-from picoflow.transitions import Transition, as_transition
-from picoflow.turn.deadline import time_left
 
 
-async def decide(step: DecisionStep, runtime: Runtime) -> Transition:
+async def decide(step: DecisionStep) -> Transition:
     """Ask ``step``'s provider its questions and return the transition its hooks choose."""
+    runtime = step.flow.run_context.require_services()
     config = step.decision_config()
     selection = config.selection
     questions = _questions(step)
@@ -114,7 +113,7 @@ def _facts(step: DecisionStep) -> dict[str, Any]:
     return json.loads(json.dumps(facts))
 
 
-def _provider(runtime: Runtime, selection: Any) -> DecisionProvider:
+def _provider(runtime: TurnServices, selection: Any) -> DecisionProvider:
     registered = runtime.decision_providers.get(selection.provider)
     if registered is not None:
         return registered
@@ -124,7 +123,7 @@ def _provider(runtime: Runtime, selection: Any) -> DecisionProvider:
 
 
 async def _ask(
-    step: DecisionStep, runtime: Runtime, provider: DecisionProvider, request: DecisionRequest, retries: int
+    step: DecisionStep, runtime: TurnServices, provider: DecisionProvider, request: DecisionRequest, retries: int
 ) -> tuple[DecisionResult | Exception, int]:
     """The provider's result, or the failure that ends the decision, with the number of attempts made."""
     signal = cancellation_signal(step.flow)
@@ -139,7 +138,7 @@ async def _ask(
         except ParallelCancelledError:
             raise
         except DecisionValidationError as exc:
-            _tally(runtime.doc, exc.usage)
+            _tally(step.flow.run_context.require_doc(), exc.usage)
             return exc, attempt
         except Exception as exc:  # noqa: BLE001 - every provider failure is classified below
             if attempt > retries or not _is_transient(provider, exc):
@@ -147,10 +146,10 @@ async def _ask(
             step.flow.logger.warn("decision attempt failed", step=step.id, attempt=attempt, error=type(exc).__name__)
             continue
         if not isinstance(result, DecisionResult):
-            _tally(runtime.doc, None)
+            _tally(step.flow.run_context.require_doc(), None)
             problem = f"The decision provider returned {type(result).__name__}, not a DecisionResult."
             return DecisionValidationError(problem), attempt
-        _tally(runtime.doc, result.usage)
+        _tally(step.flow.run_context.require_doc(), result.usage)
         return result, attempt
     raise AssertionError("unreachable: the last attempt returns")
 

@@ -1,32 +1,89 @@
-"""The hop loop of a turn: run the executing step, follow its transitions, stop at an answer."""
+"""The turn's agent loop: run the executing step, call its model, dispatch tool calls, apply transitions.
+
+One module holds the whole loop a step's turn goes through, so a change to how a hop, a model call (its
+attempts, timeouts, refusals and recovery hooks) or a tool call works is made in one place.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from pydantic import BaseModel, ValidationError
 
-from picoflow.errors import PicoFlowError
-from picoflow.execution import execution_frames
+from picoflow.context import (
+    PROMPT_KEY,
+    call_deadline,
+    cancellation_signal,
+    ensure_top_level,
+    execution_frames,
+    group_handler,
+    model_call_for,
+    offered_tool_names,
+    time_left,
+    tool_handler,
+)
+from picoflow.errors import LlmBlockedError, ModelUnavailableError, ParallelCancelledError, PicoFlowError
+from picoflow.files.reader import with_file_parts
 from picoflow.files.refs import with_files
 from picoflow.flow import Flow
+from picoflow.mcp import OfferedTool, offered_tools, run_offered
 from picoflow.messages import (
     CONTINUE_PREFIX,
+    EMPTY_RESPONSE_NUDGE,
     AiMessageEx,
     HumanMessageEx,
+    ToolMessageEx,
+    add_usage,
     as_text,
     content_text,
     gen_message_id,
     is_direct,
+    summary_system_message,
 )
-from picoflow.models.selection import ModelSelection
-from picoflow.step import Step
-from picoflow.transitions import Transition, as_transition
-from picoflow.turn.apply_transition import apply_transition
-from picoflow.turn.model_call import call_model
-from picoflow.turn.tool_dispatch import dispatch_tools
+from picoflow.models.registry import ModelSelection
+from picoflow.recovery import (
+    LlmAttemptErrorContext,
+    LlmBlockedContext,
+    LlmErrorContext,
+    LlmErrorKind,
+    RetryWithModel,
+    StopReason,
+    is_transient_error,
+)
+from picoflow.step import TOOL_VALIDATED, DirectResult, Step, Transition, as_transition
+from picoflow.tools import InvalidToolArguments, argument_model, handling, takes_no_arguments
 
 MAX_HOPS_PER_TURN = 64
+# finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
+BLOCKED_FINISH_REASONS = frozenset({"content_filter", "safety", "prohibited_content", "blocklist", "spii"})
+# Error codes with which providers refuse a prompt outright instead of answering.
+BLOCKED_ERROR_CODES = frozenset({"content_filter", "content_policy_violation"})
+
+
+MAX_HOPS_PER_TURN = 64
+# finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
+BLOCKED_FINISH_REASONS = frozenset({"content_filter", "safety", "prohibited_content", "blocklist", "spii"})
+# Error codes with which providers refuse a prompt outright instead of answering.
+BLOCKED_ERROR_CODES = frozenset({"content_filter", "content_policy_violation"})
+
+
+async def enter_turn(flow: Flow) -> None:
+    """Open the turn on the current step: ``on_start`` for a new session (its opener joins the history), else
+    ``on_restore``."""
+    step = flow.get_current_step()
+    if flow.run_context.require_doc().revision == 0:
+        opener = await step.on_start()
+        if opener is not None:
+            step.get_memory().append(opener)
+    else:
+        await step.on_restore()
 
 
 async def run_turn(flow: Flow, user_message: str | None) -> Any:
@@ -44,7 +101,7 @@ async def run_model_loop(step: Step, user_message: str | None) -> Any:
 
     The files attached to the turn join the first message built from the user's input.
     """
-    attached = step.flow._turn().files.take_attached()
+    attached = step.flow.run_context.files.take_attached()
     content = with_files(user_message, attached) if attached else user_message
     incoming = HumanMessageEx(step, content) if content else None
     return await _drive(step.flow, incoming)
@@ -151,3 +208,543 @@ def _response_transition(flow: Flow, answer: Any) -> Transition | None:
     return as_transition(answer)
 
 
+# -- transitions ----------------------------------------------------------------------------------
+
+
+async def apply_transition(flow: Flow, transition: Transition) -> Step:
+    """Apply one transition in the fixed order: goto, prompt, state, content type."""
+    executing = flow.get_executing_step()
+    target = transition.step or executing.id
+    # A nested child may stay on itself (a tool result fed back to its model) or reply directly (its result);
+    # moving the cursor, or finishing the session, belongs to the owning step.
+    if transition.finish or target != executing.id:
+        ensure_top_level(flow, target)
+    if transition.finish or not transition.step or transition.step == executing.id:
+        destination = executing
+    else:
+        destination = await flow.goto(transition.step)
+    if transition.prompt is not None:
+        destination.save_state({PROMPT_KEY: transition.prompt})
+    if transition.state:
+        destination.save_state(transition.state)
+    if transition.content_type:
+        destination.content_type = transition.content_type
+    return destination
+
+
+# -- tool calls -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _ToolOutcome:
+    messages: list[BaseMessage] = field(default_factory=list)
+    extra: BaseMessage | None = None
+    finish: bool = False
+    result: DirectResult | None = None
+
+
+async def _call_handler(step: Step, handler: Any, argument: Any, call: dict[str, Any] | None = None) -> Any:
+    with handling(step, call):
+        # A tool without arguments is handled by ``async def show_table(self)``.
+        result = handler() if takes_no_arguments(getattr(handler, "__func__", handler)) else handler(argument)
+        return await result if inspect.isawaitable(result) else result
+
+
+def _handler_route(step: Step, handler: Any, result: Any) -> Transition | None:
+    """A tool handler's answer as a transition; None (no transition) only for None itself."""
+    if result is None:
+        return None
+    transition = as_transition(result)
+    if transition is None:
+        where = f"Tool handler '{type(step).__name__}.{getattr(handler, '__name__', handler)}'"
+        # A TypeScript-style {step, state} object is the usual slip: say what to write instead.
+        raise PicoFlowError(
+            f"{where} returned a {type(result).__name__}; return go(Step), stay(...), direct(...), "
+            "a step class or name, or None (go(Step).with_state({...}) carries state)."
+        )
+    return transition
+
+
+def _group_route(step: Step, method: str, result: Any) -> Transition:
+    where = f"Tool group handler '{type(step).__name__}.{method}'"
+    if result is None:
+        raise PicoFlowError(f"{where} returned None.")
+    if isinstance(result, str) and not result.strip():
+        raise PicoFlowError(f"{where} returned an empty step name.")
+    if isinstance(result, (bool, int, float, list, tuple)):
+        raise PicoFlowError(f"{where} returned an unsupported {type(result).__name__} result.")
+    if isinstance(result, dict) and "step" not in result:
+        raise PicoFlowError(f"{where} returned an object without step.")
+    transition = as_transition(result)
+    if transition is None:
+        raise PicoFlowError(f"{where} returned an object with an invalid step.")
+    return transition
+
+
+async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
+    """Run the handlers for one AI message's tool calls; one tool message per call."""
+    calls = ai.tool_calls
+    outcome = _ToolOutcome()
+    group = group_handler(step, {call["name"] for call in calls})
+    if group is not None:
+        checked = [(call, _checked_args(flow, call)) for call in calls]
+        if any(isinstance(args, ValidationError) for _, args in checked):
+            # The group handler owns the whole batch, so nothing runs until every call is valid.
+            for call, args in checked:
+                if isinstance(args, ValidationError):
+                    outcome.messages.append(await _refuse_arguments(flow, step, call, args, outcome))
+                else:
+                    outcome.messages.append(_tool_message(
+                        step, call, "Not run: another call in this batch had invalid arguments.", status="error"
+                    ))
+            return outcome
+        validated = [{**call, "args": _as_dict(args)} for call, args in checked]
+        returned = await _call_handler(step, group, validated)
+        if isinstance(returned, DirectResult):
+            outcome.result = _worker_result(flow, step, returned)
+            outcome.messages.extend(_tool_message(step, call, TOOL_VALIDATED) for call in calls)
+            return outcome
+        transition = _group_route(step, group.__name__, returned)
+        await apply_transition(flow, transition)
+        for call in calls:
+            outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
+        outcome.extra, outcome.finish = transition.message, transition.finish
+        return outcome
+
+    exposed = set(offered_tool_names(step))
+    offered = await offered_tools(step)
+    for call in calls:
+        name = call["name"]
+        if name in offered:
+            await _dispatch_offered(flow, step, call, offered[name], outcome)
+            continue
+        if name not in exposed:
+            flow.logger.warn(f"hallucinated tool: {name}", step=step.id)
+            outcome.messages.append(
+                _tool_message(step, call, f"LLM hallucinates a non-existing tool: {name}", status="error")
+            )
+            continue
+        args = _checked_args(flow, call)
+        if isinstance(args, ValidationError):
+            outcome.messages.append(await _refuse_arguments(flow, step, call, args, outcome))
+            continue
+        handler = tool_handler(step, name)
+        if handler is None:
+            flow.logger.warn(f"missing tool handler: {name}", step=step.id)
+            outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
+            continue
+        returned = await _call_handler(step, handler, _handler_argument(handler, args), call)
+        if isinstance(returned, DirectResult):
+            outcome.result = _worker_result(flow, step, returned)
+            outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
+            continue
+        transition = _handler_route(step, handler, returned)
+        if transition is None:
+            outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
+            continue
+        await apply_transition(flow, transition)
+        outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
+        if transition.message is not None:
+            outcome.extra, outcome.finish = transition.message, transition.finish
+    return outcome
+
+
+async def _dispatch_offered(flow: Flow, step: Step, call: dict[str, Any], tool: OfferedTool,
+                            outcome: _ToolOutcome) -> None:
+    """An MCP tool the step offers: the server answers, and a same-named handler of the step gets its result."""
+    ran = await run_offered(tool, call.get("args") or {})
+    handler = tool_handler(step, call["name"]) if ran.result is not None else None
+    if handler is None:
+        if ran.result is not None and not ran.result.ok:
+            flow.logger.warn("MCP tool unavailable", step=step.id, server=tool.spec.name, tool=tool.name,
+                             reason=ran.result.error.reason)
+        outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
+        return
+    returned = await _call_handler(step, handler, ran.result, call)
+    if isinstance(returned, DirectResult):
+        outcome.result = _worker_result(flow, step, returned)
+        outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
+        return
+    transition = _handler_route(step, handler, returned)
+    if transition is None:
+        # The handler only looked: the model reads the server's result (or the fixed sentence on a failure).
+        outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
+        return
+    await apply_transition(flow, transition)
+    outcome.messages.append(_tool_message(step, call, transition.tool or ran.content))
+    if transition.message is not None:
+        outcome.extra, outcome.finish = transition.message, transition.finish
+
+
+def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult:
+    worker = flow.run_context.view(flow).worker
+    if worker is None or worker.step is not step:
+        raise PicoFlowError("direct_result() can only be returned by a tool handler of a run_steps() worker.")
+    return result
+
+
+def _checked_args(flow: Flow, call: dict[str, Any]) -> dict[str, Any] | BaseModel | ValidationError:
+    """The call's arguments validated against its tool schema (the model instance), or the validation error."""
+    spec = flow.get_tool(call["name"])
+    raw = call.get("args") or {}
+    if spec is None:
+        return dict(raw)
+    try:
+        return spec.schema.model_validate(raw)
+    except ValidationError as exc:
+        return exc
+
+
+def _as_dict(args: dict[str, Any] | BaseModel) -> dict[str, Any]:
+    return args.model_dump(mode="json") if isinstance(args, BaseModel) else args
+
+
+def _handler_argument(handler: Any, args: dict[str, Any] | BaseModel) -> Any:
+    """A typed handler (``args: Model``) gets the validated model; any other handler its JSON dict."""
+    wanted = argument_model(getattr(handler, "__func__", handler))
+    return args if wanted is not None and isinstance(args, wanted) else _as_dict(args)
+
+
+def _tool_message(step: Step, call: dict[str, Any], content: str, status: str = "success") -> ToolMessageEx:
+    return ToolMessageEx(step, content, call.get("id") or "", name=call["name"], status=status)
+
+
+async def _refuse_arguments(
+    flow: Flow, step: Step, call: dict[str, Any], error: ValidationError, outcome: _ToolOutcome
+) -> ToolMessageEx:
+    """The tool result for a call with invalid arguments: the step's own feedback, or the default one."""
+    invalid = InvalidToolArguments(name=call["name"], args=dict(call.get("args") or {}), error=error)
+    hook = step.on_invalid_tool_arguments
+    answer = await _call_handler(step, hook, invalid, call)
+    if answer is None or isinstance(answer, str):
+        return _tool_message(step, call, answer or invalid.default_feedback(), status="error")
+    transition = _handler_route(step, hook, answer)
+    await apply_transition(flow, transition)
+    if transition.message is not None:
+        outcome.extra, outcome.finish = transition.message, transition.finish
+    # A bare stay() carries "input validated", which would tell the model the opposite of what happened.
+    feedback = transition.tool if transition.tool not in (None, TOOL_VALIDATED) else invalid.default_feedback()
+    return _tool_message(step, call, feedback, status="error")
+
+
+# -- the model call -------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelOutcome:
+    """An accepted model answer, or (``ai`` None) the answer a recovery hook gave instead."""
+
+    ai: AIMessage | None = None
+    parsed: Any = None
+    answer: Any = None
+    # The fallback model ``on_llm_error`` chose; it serves the step's later calls in this loop.
+    fallback: ModelSelection | None = None
+
+
+@dataclass
+class _Failure:
+    kind: LlmErrorKind
+    reason: str
+    message: str
+    attempts: int
+    error: BaseException | None = None
+    last_response: Any = None
+    stopped_because: StopReason = "attempts_exhausted"
+
+    def as_error(self) -> ModelUnavailableError:
+        # Codes of their own, so clients and metrics tell a failing model apart from a failing flow; none aborts.
+        text = f"LLM call failed. Reason:{self.reason}. Error:{self.message}"
+        if self.reason == "timeout":
+            return ModelUnavailableError(text, code="MODEL_TIMEOUT", status_code=504)
+        if _is_throttling(self.error):
+            return ModelUnavailableError(text, code="MODEL_THROTTLED", status_code=503)
+        return ModelUnavailableError(text)
+
+
+_THROTTLING_NAMES = frozenset({"RateLimitError", "ThrottlingException", "ResourceExhausted", "TooManyRequests"})
+
+
+def _is_throttling(error: BaseException | None) -> bool:
+    # OpenAI-style clients raise RateLimitError with status 429, Google's ResourceExhausted carries code 429,
+    # and botocore's ClientError names ThrottlingException in its response.
+    if error is None:
+        return False
+    if 429 in (getattr(error, "status_code", None), getattr(error, "code", None)):
+        return True
+    response = getattr(error, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return type(error).__name__ in _THROTTLING_NAMES or code in _THROTTLING_NAMES
+
+
+def build_request(step: Step) -> list[BaseMessage]:
+    """Rewrite the system slot from ``get_prompt()`` and assemble what the model is sent."""
+    history = step.get_memory()
+    prompt = step.get_prompt() or ""
+    history[0] = SystemMessage(content=prompt)
+    request: list[BaseMessage] = [history[0]] if prompt else []
+    summary = step.flow.get_memory().namespace(step.namespace).summary
+    if summary:
+        request.append(summary_system_message(summary))
+    request.extend(history[1:])
+    return request
+
+
+async def call_model(flow: Flow, step: Step, fallback: ModelSelection | None = None) -> ModelOutcome:
+    """One accepted model result for ``step``, or the answer of its recovery hooks.
+
+    Ordinary attempts use the step's selection and its attempt budget; a ``fallback`` (chosen earlier
+    by ``on_llm_error``) gets one attempt per call and cannot be replaced by a second fallback.
+    """
+    selection = fallback or step.model_selection()
+    outcome = await _attempts(flow, step, selection, 1 if fallback else selection.retry_attempts)
+    if isinstance(outcome, ModelOutcome):
+        return outcome
+    answer = await _recover(flow, step, selection, outcome)
+    if isinstance(answer, RetryWithModel) and fallback is None:
+        alternate = answer.selection
+        outcome = await _attempts(flow, step, alternate, 1)
+        if isinstance(outcome, ModelOutcome):
+            outcome.fallback = alternate
+            return outcome
+        answer = await _recover(flow, step, alternate, outcome)
+    if isinstance(answer, RetryWithModel):
+        raise PicoFlowError(f"Step '{step.id}' asked for a second fallback model in one recovery sequence.")
+    return ModelOutcome(answer=answer)
+
+
+async def _recover(flow: Flow, step: Step, selection: ModelSelection, failure: _Failure) -> Any:
+    context = LlmErrorContext(
+        kind=failure.kind,
+        step_id=step.id,
+        provider=selection.provider,
+        model=selection.name,
+        attempts=failure.attempts,
+        stopped_because=failure.stopped_because,
+        error=failure.error,
+        last_response=failure.last_response,
+        signal=cancellation_signal(flow),
+    )
+    answer = await recover_from_error(step, context)
+    if answer is None:
+        raise failure.as_error() from failure.error
+    return answer
+
+
+async def _blocked(flow: Flow, step: Step, selection: ModelSelection, block: Block) -> ModelOutcome:
+    flow.logger.warn("model call blocked by the provider", step=step.id, reason=block.reason, phase=block.phase)
+    context = LlmBlockedContext(
+        step_id=step.id,
+        provider=selection.provider,
+        model=selection.name,
+        reason=block.reason,
+        raw_reason=block.raw_reason,
+        phase=block.phase,
+        details=block.details,
+        signal=cancellation_signal(flow),
+    )
+    return ModelOutcome(answer=await handle_block(step, context))
+
+
+async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: int) -> ModelOutcome | _Failure:
+    runtime = flow.run_context.require_services()
+    model = runtime.providers.chat_model(selection)
+    specs = [flow.run_context.require_tool(name, flow.id) for name in offered_tool_names(step)]
+    schema = step.struct_output_schema()
+    # Tools offered from MCP servers come with their servers' schemas (listed when first needed).
+    offered = [] if schema is not None else [tool.as_model_tool() for tool in (await offered_tools(step)).values()]
+    if schema is not None:
+        runnable = model.with_structured_output(schema, include_raw=True)
+    elif specs or offered:
+        runnable = model.bind_tools([spec.as_model_tool() for spec in specs] + offered)
+    else:
+        runnable = model
+    signal = cancellation_signal(flow)
+
+    failure = _Failure("invocation_error", "unknown", "no attempt was made", attempts=0)
+    for attempt in range(1, budget + 1):
+        if attempt > 1 and runtime.retry_delay:
+            await asyncio.sleep(runtime.retry_delay)
+        if signal is not None:
+            signal.raise_if_cancelled()
+        request = build_request(step)
+        # Outside the attempt's error handling: a file the model cannot read is the caller's error, not a retry.
+        if any(isinstance(message.content, list) for message in request):
+            # Only multimodal content can reference files: plain text needs no look at the file store.
+            request = await with_file_parts(
+                request, flow.run_context.files, runtime.providers.file_types(selection), step.id
+            )
+        timeout = _attempt_timeout(step)
+        try:
+            output = await _invoke(runnable, request, timeout, signal, step.id)
+        except TimeoutError as exc:
+            limit = f"{timeout * 1000:.0f} ms"
+            failure = _Failure("invocation_error", "timeout", f"the model call exceeded {limit}", attempt, exc)
+            flow.logger.warn("model attempt timed out", step=step.id, attempt=attempt)
+        except ParallelCancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any provider error counts as a failed attempt
+            block = blocked_error(exc)
+            if block is not None:
+                return await _blocked(flow, step, selection, block)
+            failure = _Failure("invocation_error", "error", f"{type(exc).__name__}: {exc}", attempt, exc)
+            flow.logger.warn("model attempt failed", step=step.id, attempt=attempt, error=type(exc).__name__)
+        else:
+            ai = output.get("raw") if schema is not None else output
+            if isinstance(ai, AIMessage):
+                # Token accounting records attempted work, workers' included.
+                add_usage(flow.run_context.require_doc().tokens, ai)
+            block = blocked_response(ai)
+            if block is not None:
+                # A refusal is final for this call: no ordinary retry and no on_llm_error.
+                return await _blocked(flow, step, selection, block)
+            parsed = None
+            if schema is not None:
+                parsed = output.get("parsed")
+                if parsed is None:
+                    problem = str(output.get("parsing_error") or "no structured output")
+                    failure = _Failure("empty_response", "parse", problem, attempt, last_response=ai)
+                    flow.logger.warn("model attempt returned unusable structured output", step=step.id, attempt=attempt)
+                    continue
+                if not isinstance(ai, AIMessage):
+                    ai = AIMessage(content=as_text(parsed))
+            elif not ai.tool_calls and not content_text(ai.content).strip():
+                reason = str(ai.response_metadata.get("finish_reason") or "empty")
+                failure = _Failure("empty_response", reason, "the model returned an empty response", attempt,
+                                   last_response=ai)
+                step.get_memory().append(HumanMessageEx(step, EMPTY_RESPONSE_NUDGE, origin="framework"))
+                continue
+            if step.check_response(parsed if parsed is not None else ai):
+                failure = _Failure("response_rejected", "rejected", "check_response() rejected the result", attempt,
+                                   last_response=parsed if parsed is not None else ai)
+                continue
+            return ModelOutcome(ai=ai, parsed=parsed)
+        if attempt < budget:
+            context = LlmAttemptErrorContext(
+                step_id=step.id,
+                provider=selection.provider,
+                model=selection.name,
+                error=failure.error,
+                attempt=attempt,
+                max_attempts=budget,
+                signal=signal,
+            )
+            if not should_retry(step, context):
+                failure.stopped_because = "retry_declined"
+                break
+    return failure
+
+
+async def _invoke(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any, step_id: str) -> Any:
+    """One model invocation, bounded by ``timeout`` and abandoned as soon as ``signal`` is cancelled."""
+    limit = call_deadline.set(None if timeout is None else time.monotonic() + timeout)
+    try:
+        with model_call_for("chat", step_id):
+            return await _invoke_bounded(runnable, request, timeout, signal)
+    finally:
+        call_deadline.reset(limit)
+
+
+async def _invoke_bounded(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any) -> Any:
+    if signal is None:
+        return await asyncio.wait_for(runnable.ainvoke(request), timeout)
+    call = asyncio.ensure_future(runnable.ainvoke(request))
+    stop = asyncio.ensure_future(signal.wait())
+    try:
+        done, _ = await asyncio.wait({call, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not call.done():
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+    if call in done:
+        return call.result()
+    signal.raise_if_cancelled()
+    raise TimeoutError
+
+
+def _attempt_timeout(step: Step) -> float | None:
+    """Seconds for one attempt: the step's call policy, bounded by what is left of the turn."""
+    remaining = time_left("the next model call")
+    policy_ms = step.get_llm_call_policy().timeout_ms
+    limits = [limit for limit in (remaining, policy_ms / 1000 if policy_ms else None) if limit is not None]
+    return min(limits) if limits else None
+
+
+# -- recovery hooks -------------------------------------------------------------------------------
+
+
+def should_retry(step: Step, context: LlmAttemptErrorContext) -> bool:
+    """The step's decision, else the flow's, else ``is_transient_error``."""
+    for owner in (step, step.flow):
+        decision = owner.should_retry_llm_error(context)
+        if decision is not None:
+            return bool(decision)
+    return is_transient_error(context.error)
+
+
+async def recover_from_error(step: Step, context: LlmErrorContext) -> Any:
+    """The first non-None answer of ``on_llm_error`` on the step, then on the flow."""
+    answer = await step.on_llm_error(context)
+    if answer is None:
+        answer = await step.flow.on_llm_error(context)
+    return _unless_cancelled(context, answer)
+
+
+async def handle_block(step: Step, context: LlmBlockedContext) -> Any:
+    """The first non-None answer of ``on_llm_blocked`` on the step, then on the flow; else raise."""
+    answer = await step.on_llm_blocked(context)
+    if answer is None:
+        answer = await step.flow.on_llm_blocked(context)
+    if answer is None:
+        raise LlmBlockedError(context)
+    if isinstance(answer, RetryWithModel):
+        raise PicoFlowError("on_llm_blocked() cannot switch models; return a safe reply or a route instead.")
+    return _unless_cancelled(context, answer)
+
+
+def _unless_cancelled(context: LlmErrorContext | LlmBlockedContext, answer: Any) -> Any:
+    # A cancelled parallel worker stops here, whatever its hooks answered meanwhile.
+    if context.signal is not None:
+        context.signal.raise_if_cancelled()
+    return answer
+
+
+# -- refusals -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    """A detected refusal: the normalised reason, the provider's own value and where it happened."""
+
+    reason: str
+    raw_reason: str | None
+    phase: Literal["prompt", "candidate"]
+    details: dict[str, Any]
+
+
+def blocked_response(message: Any) -> Block | None:
+    """A refusal carried by a model answer: a filtering finish reason, a prompt block or a refusal text."""
+    if not isinstance(message, AIMessage):
+        return None
+    metadata = message.response_metadata or {}
+    feedback = metadata.get("prompt_feedback")
+    if isinstance(feedback, Mapping) and feedback.get("block_reason"):
+        raw = str(feedback["block_reason"])
+        return Block(raw.lower(), raw, "prompt", {"prompt_feedback": dict(feedback)})
+    finish = metadata.get("finish_reason")
+    if isinstance(finish, str) and finish.lower() in BLOCKED_FINISH_REASONS:
+        details = {"safety_ratings": metadata["safety_ratings"]} if metadata.get("safety_ratings") else {}
+        return Block(finish.lower(), finish, "candidate", details)
+    refusal = (message.additional_kwargs or {}).get("refusal")
+    if refusal:
+        return Block("refusal", None, "candidate", {"refusal": str(refusal)})
+    return None
+
+
+def blocked_error(error: BaseException) -> Block | None:
+    """A refusal reported by raising, e.g. an OpenAI-compatible ``content_filter`` error for the prompt."""
+    code = getattr(error, "code", None)
+    if isinstance(code, str) and code.lower() in BLOCKED_ERROR_CODES:
+        return Block(code.lower(), code, "prompt", {})
+    return None

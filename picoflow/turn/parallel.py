@@ -1,6 +1,8 @@
-"""The ``run_steps()`` barrier: fork one isolated worker per request, wait for all, publish at the join.
+"""Work beside the cursor: ``run_step()`` children nested in the executing step, and the ``run_steps()``
+barrier that forks one isolated worker per request, waits for all of them and publishes at the join.
 
-Workers' proposed state changes are validated and published in request order, never in completion order.
+A worker runs in an isolated view (snapshots, private copies, refused writes); its proposed state changes
+are validated and published in request order, never in completion order.
 """
 
 from __future__ import annotations
@@ -8,20 +10,32 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Literal
+from datetime import UTC, date, datetime
+from enum import Enum
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ValidationError
 
+from picoflow.context import (
+    SAVE_ON_KEY,
+    TRANSIENT_KEY,
+    Memory,
+    Namespace,
+    enter_worker_view,
+    execution_frame,
+    execution_frames,
+    read_path,
+    worker_view,
+)
 from picoflow.errors import (
     ParallelCancelledError,
     ParallelDuplicateKeyError,
     ParallelExecutionError,
+    ParallelMutationError,
     ParallelStateConflictError,
 )
-from picoflow.execution import enter_worker_view, execution_frame, execution_frames
 from picoflow.flow import Flow
 from picoflow.parallel import (
     BranchResult,
@@ -32,14 +46,265 @@ from picoflow.parallel import (
     ParallelBatchResult,
     ParallelInvocation,
     RunStepRequest,
+    StateChannel,
     check_depth,
     check_json,
     parallel_settings,
 )
-from picoflow.session.document import SequenceItem, format_timestamp
-from picoflow.step import SAVE_ON_KEY, Step
-from picoflow.turn.worker import Budget, WorkerView, active_worker, channel_for, read_only
+from picoflow.session.document import SequenceItem, SessionDoc, format_timestamp, validate_namespace
+from picoflow.step import Step
 from picoflow.validation import validation_problems
+
+
+async def run_child(flow: Flow, target: type[Step] | str, user_message: str | None = None) -> Any:
+    """Run ``target`` in a frame nested in the executing step and return its output.
+
+    Inside a parallel worker this is a one-child atomic barrier, so the child stays isolated too.
+    """
+    if worker_view(flow) is not None:
+        batch = await run_batch(
+            flow.get_executing_step(),
+            [RunStepRequest(step=target, user_message=user_message)],
+            failure_policy="atomic",
+        )
+        branch = batch.branches[0]
+        if branch.error is not None:
+            raise branch.error
+        return branch.output
+    child = flow.require_step(target)
+    frames = execution_frames(flow)
+    check_depth(parallel_settings(flow.config_parallel_execution()), flow.id, len(frames) + 1)
+    flow.run_context.sequence.append(SequenceItem(level=len(frames) + 2, step_name=child.id))
+    with execution_frame(child):
+        await child.on_enter()
+        try:
+            return await child.run(user_message)
+        finally:
+            await child.on_exit()
+
+
+# -- the isolated view of a worker ----------------------------------------------------------------
+
+
+# Framework-owned state keys: stamped at publication or never published at all.
+_UNPUBLISHED_FIELDS = frozenset({SAVE_ON_KEY, TRANSIENT_KEY})
+
+
+_MUTATORS = frozenset(
+    {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem", "sort", "reverse",
+     "add", "discard"}
+)
+_SCALARS = (str, bytes, int, float, bool, type(None), datetime, date, Enum)
+
+
+def read_only(value: Any, scope: WorkerView) -> Any:
+    """``value`` itself when it is immutable, else a view whose every write raises ``ParallelMutationError``."""
+    # Methods pass through: the pydantic ones a worker would call (model_dump, model_copy) return copies.
+    if isinstance(value, _SCALARS) or callable(value):
+        return value
+    return ReadOnlyView(value, scope)
+
+
+class ReadOnlyView:
+    """A read-through view of shared data handed to a worker; writes are refused and recorded."""
+
+    __slots__ = ("_scope", "_target")
+
+    def __init__(self, target: Any, scope: WorkerView) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_scope", scope)
+
+    def _refuse(self, *_args: Any, **_kwargs: Any) -> NoReturn:
+        self._scope.refuse("A run_steps() worker cannot change a shared snapshot (session, context or params).")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _MUTATORS:
+            self._refuse()
+        return read_only(getattr(self._target, name), self._scope)
+
+    __setattr__ = __delattr__ = __setitem__ = __delitem__ = _refuse
+
+    def __getitem__(self, key: Any) -> Any:
+        return read_only(self._target[key], self._scope)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return read_only(self._target.get(key, default), self._scope)
+
+    def keys(self) -> Any:
+        return self._target.keys()
+
+    def values(self) -> list[Any]:
+        return [read_only(value, self._scope) for value in self._target.values()]
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(key, read_only(value, self._scope)) for key, value in self._target.items()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return (read_only(item, self._scope) for item in self._target)
+
+    def __len__(self) -> int:
+        return len(self._target)
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self._target
+
+    def __eq__(self, other: Any) -> bool:
+        return self._target == (other._target if isinstance(other, ReadOnlyView) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyView({self._target!r})"
+
+
+class WorkerMemory(Memory):
+    """A worker's private memory: each namespace is cloned from the parent's view on first use."""
+
+    def __init__(self, source: Memory, scope: WorkerView) -> None:
+        super().__init__()
+        self._source = source
+        self._scope = scope
+        self.summary_model = source.summary_model
+        self.summary_config = source.summary_config
+        self.summary_namespaces = set(source.summary_namespaces)
+
+    def namespace(self, name: str) -> Namespace:
+        space = self._spaces.get(name)
+        if space is None:
+            validate_namespace(name)
+            inherited = name in self._source.names()
+            space = copy.deepcopy(self._source.namespace(name)) if inherited else Namespace()
+            self._spaces[name] = space
+        return space
+
+    def names(self) -> list[str]:
+        return list(dict.fromkeys([*self._spaces, *self._source.names()]))
+
+    def _refuse(self, *_args: Any, **_kwargs: Any) -> NoReturn:
+        self._scope.refuse("A run_steps() worker cannot replace or reconfigure the flow memory.")
+
+    set_summary_model = set_summary_config = enable_summary = load = _refuse  # type: ignore[assignment]
+
+
+class Budget:
+    """The invocation allowance shared by a root batch and every batch nested in it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def reserve(self, count: int) -> None:
+        if self.used + count > self.limit:
+            raise ParallelExecutionError(f"run_steps() is limited to {self.limit} invocations per root batch.")
+        self.used += count
+
+
+class WorkerView:
+    """Everything private to one worker: its step instance, state view, memory and proposed changes.
+
+    It is the flow's view for as long as the worker's task runs, and the worker's ``Worker`` record too.
+    """
+
+    def __init__(
+        self,
+        flow: Flow,
+        step: Step,
+        *,
+        shared: Mapping[str, dict[str, Any]],
+        memory_source: Memory,
+        budget: Budget,
+        level: int,
+    ) -> None:
+        self.flow = flow
+        self.step = step
+        self.worker = self
+        self.invocation: ParallelInvocation
+        self.shared = shared
+        self.local: dict[str, dict[str, Any]] = {}
+        self.touched: dict[str, set[str]] = {}
+        self.contributions: list[Contribution] = []
+        self.sequence: list[SequenceItem] = []
+        self.private_memory = WorkerMemory(memory_source, self)
+        self.budget = budget
+        self.level = level
+        self.violation: ParallelMutationError | None = None
+
+    @property
+    def signal(self) -> CancellationSignal:
+        return self.invocation.signal
+
+    # -- the flow's view -------------------------------------------------------------------------
+
+    def memory(self) -> Memory:
+        return self.private_memory
+
+    def session_doc(self, doc: SessionDoc) -> SessionDoc:
+        return read_only(doc, self)
+
+    def step_state(self, step: Step, key: str | None) -> Any:
+        # A copy of the snapshot: the worker must never reach the live state of another step.
+        return copy.deepcopy(read_path(self.read(step.id), key))
+
+    def state_owner(self, step: Step) -> Step:
+        # The worker's own step keeps its state on the worker instance, not on the registered one.
+        return self.step if self.step.id == step.id else step
+
+    def forbid(self, message: str) -> NoReturn:
+        self.refuse(message)
+
+    def record_write(self, step: Step, fields: Sequence[str]) -> None:
+        if step is not self.step:
+            self.refuse(f"A run_steps() worker cannot change the state of step '{step.id}'; only its own.")
+        self.touched.setdefault(step.id, set()).update(f for f in fields if f not in _UNPUBLISHED_FIELDS)
+
+    def contribute(self, name: str, value: Any) -> None:
+        step = self.step
+        channel_for(self.flow, step.id, name)
+        check_json(value, f"The contribution to '{step.id}.{name}'")
+        self.contributions.append(
+            Contribution(self.invocation.path, self.invocation.key, step.id, name, copy.deepcopy(value))
+        )
+
+    # -- the join's bookkeeping ----------------------------------------------------------------
+
+    def read(self, step_id: str) -> dict[str, Any]:
+        """This worker's view of a step's state (never copy-free for others: callers copy)."""
+        return self.local[step_id] if step_id in self.local else self.shared[step_id]
+
+    def materialize(self, step_id: str) -> dict[str, Any]:
+        """A private, writable copy of a step's state, for publication of nested joins into this view."""
+        if step_id not in self.local:
+            self.local[step_id] = copy.deepcopy(self.shared[step_id])
+        return self.local[step_id]
+
+    def refuse(self, message: str) -> NoReturn:
+        """Raise ``ParallelMutationError`` and remember it, so the join fails even if the worker catches it."""
+        error = ParallelMutationError(message)
+        if self.violation is None:
+            self.violation = error
+        raise error
+
+
+def channel_for(flow: Flow, step_id: str, name: str) -> StateChannel:
+    """The channel ``name`` declared by the registered step ``step_id``."""
+    channels = flow.require_step(step_id).parallel_state_channels() or {}
+    channel = channels.get(name)
+    if not isinstance(channel, StateChannel):
+        raise ParallelExecutionError(
+            f"Step '{step_id}' declares no state channel '{name}' in parallel_state_channels()."
+        )
+    return channel
+
+
+
+
+def active_worker(flow: Flow) -> WorkerView | None:
+    """The worker whose task is running, when it is one of ``flow``'s."""
+    view = worker_view(flow)
+    return view if isinstance(view, WorkerView) else None
+
+
+# -- the run_steps() barrier ----------------------------------------------------------------------
 
 
 class _Absent:
@@ -135,8 +400,8 @@ async def run_batch(
             path=(*base_path, branch.index),
             signal=batch_signal,
         )
-        # The view's copy of the worker's own step is the worker's private state dict itself.
-        view.local[branch.registered.id] = branch.worker.get_state()
+        # The worker's own state: a private copy of the snapshot, which its step reads and writes in its task.
+        view.local[branch.registered.id] = copy.deepcopy(shared[branch.registered.id])
         branch.view = view
 
     limiter = asyncio.Semaphore(max_concurrency or len(branches))
@@ -184,7 +449,8 @@ def _prepare(flow: Flow, requests: list[RunStepRequest], shared: Mapping[str, di
         if request.user_message is not None and not isinstance(request.user_message, str):
             raise ParallelExecutionError(f"The user_message of branch '{key}' must be a string.")
         try:
-            worker = step._new_worker(copy.deepcopy(shared[step.id]))
+            # The worker's own state lives in its view (set up by run_batch), not on the instance.
+            worker = copy.copy(step)
         except Exception as exc:
             raise ParallelExecutionError(f"Cannot create a worker for step '{step.id}': {exc}") from exc
         branches.append(
@@ -277,7 +543,7 @@ async def _join(
     if parent is not None:
         parent.sequence.extend(sequence)
     else:
-        flow._extend_sequence(sequence)
+        flow.run_context.sequence.extend(sequence)
     failure = next((branch.error for branch in branches if _is_framework_failure(branch.error)), None)
     if failure is not None:
         raise failure
@@ -395,5 +661,3 @@ def _apply_fields(state: dict[str, Any], fields: Mapping[str, Any], *, stamp: bo
             state[name] = copy.deepcopy(value)
     if stamp and fields:
         state[SAVE_ON_KEY] = format_timestamp(datetime.now(UTC))
-
-

@@ -8,7 +8,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from picoflow.models.conversation import conversation_problems
+from picoflow.models.scripted import conversation_problems
 
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 
