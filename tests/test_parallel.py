@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from picoflow.transitions import direct_result
 from pydantic import BaseModel
 
 from picoflow import Flow, ModelSelection, Step, ToolSpec, tool
@@ -26,6 +25,7 @@ from picoflow.errors import (
 )
 from picoflow.messages import HumanMessageEx
 from picoflow.parallel import CancellationSignal, RunStepRequest, StepChannels
+from picoflow.step import direct_result
 from picoflow.stores import MemorySessionStore
 from tests.support.engine import call, scripted_engine, text
 
