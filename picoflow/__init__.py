@@ -1,6 +1,11 @@
 """PicoFlow for Python: stateful multi-step LLM conversations as flows of steps.
 
-Public names load on first use, so ``import picoflow`` imports almost nothing (and never boto3).
+The root offers the authoring names: flows, steps, tools, transitions, prompts, MCP declarations, the engine,
+model selection and the run result. Everything else is imported from its own module: stores and the session
+document from ``picoflow.stores``, errors from ``picoflow.errors``, messages from ``picoflow.messages``,
+decision and parallel types from ``picoflow.decision`` and ``picoflow.parallel``.
+
+Names load on first use, so ``import picoflow`` imports almost nothing (and never boto3).
 """
 
 from __future__ import annotations
@@ -8,89 +13,27 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
-    from picoflow.decision import (
-        ChatDecisionProvider,
-        Choice,
-        ChoiceAnswer,
-        DecisionContext,
-        DecisionErrorContext,
-        DecisionProvider,
-        DecisionRequest,
-        DecisionResult,
-        Noul,
-        NoulAnswer,
-        Score,
-        ScoreAnswer,
-        ScriptedDecisionProvider,
-    )
     from picoflow.decision_step import DecisionStep
     from picoflow.engine import FlowEngine
-    from picoflow.errors import (
-        DecisionValidationError,
-        LlmBlockedError,
-        ParallelCancelledError,
-        ParallelDuplicateKeyError,
-        ParallelExecutionError,
-        ParallelMutationError,
-        ParallelStateConflictError,
-        PicoFlowError,
-        SessionConflictError,
-        SessionFlowInvariantError,
-        SessionFlowMismatchError,
-        SessionStoreError,
-        SessionTooLargeError,
-    )
     from picoflow.flow import Flow
-    from picoflow.logger import SessionLogger
-    from picoflow.messages import AiMessageEx, DirectMessage, HumanMessageEx, ToolMessageEx
+    from picoflow.mcp import MCPServerSpec, MCPTools
     from picoflow.models.registry import ModelSelection
-    from picoflow.parallel import (
-        BranchResult,
-        CancellationSignal,
-        ParallelBatchResult,
-        ParallelInvocation,
-        RunStepRequest,
-        StateChannel,
-        StepChannels,
-    )
     from picoflow.prompts import load_prompt, prompt, render
-    from picoflow.recovery import (
-        LlmAttemptErrorContext,
-        LlmBlockedContext,
-        LlmErrorContext,
-        RetryWithModel,
-        retry_with_model,
-    )
     from picoflow.results import RunResponse
-    from picoflow.session.document import SessionDoc
-    from picoflow.session.dynamodb_store import DynamoDBSessionStore
-    from picoflow.session.memory_store import MemorySessionStore
-    from picoflow.session.sqlite_store import SQLiteSessionStore
-    from picoflow.session.store import SessionStore
-    from picoflow.step import (
-        LlmCallPolicy,
-        LogicStep,
-        Step,
-        TerminateSessionStep,
-        Transition,
-        direct,
-        direct_result,
-        direct_to,
-        finish,
-        go,
-        stay,
-    )
-    from picoflow.tools import InvalidToolArguments, ToolSpec, tool, tools
+    from picoflow.step import LogicStep, Step, TerminateSessionStep, Transition, direct, direct_to, finish, go, stay
+    from picoflow.tools import ToolSpec, tool, tools
 
     __version__: str
 
-# Where each public name lives.
-_EXPORTS: dict[str, str] = {
+# The module each name is imported from. Names outside ``__all__`` were exported here before they got a home of
+# their own: they still resolve, with a DeprecationWarning naming that home, until the next release.
+_MODULES: dict[str, str] = {
     "AiMessageEx": "picoflow.messages",
     # The type of the messages hooks such as ``Step.on_crossing`` receive and return: LangChain's own.
     "BaseMessage": "langchain_core.messages",
@@ -107,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "DecisionStep": "picoflow.decision_step",
     "DecisionValidationError": "picoflow.errors",
     "DirectMessage": "picoflow.messages",
-    "DynamoDBSessionStore": "picoflow.session.dynamodb_store",
+    "DynamoDBSessionStore": "picoflow.stores",
     "Flow": "picoflow.flow",
     "FlowEngine": "picoflow.engine",
     "HumanMessageEx": "picoflow.messages",
@@ -118,7 +61,9 @@ _EXPORTS: dict[str, str] = {
     "LlmCallPolicy": "picoflow.step",
     "LlmErrorContext": "picoflow.recovery",
     "LogicStep": "picoflow.step",
-    "MemorySessionStore": "picoflow.session.memory_store",
+    "MCPServerSpec": "picoflow.mcp",
+    "MCPTools": "picoflow.mcp",
+    "MemorySessionStore": "picoflow.stores",
     "ModelSelection": "picoflow.models.registry",
     "Noul": "picoflow.decision",
     "NoulAnswer": "picoflow.decision",
@@ -133,16 +78,16 @@ _EXPORTS: dict[str, str] = {
     "RetryWithModel": "picoflow.recovery",
     "RunResponse": "picoflow.results",
     "RunStepRequest": "picoflow.parallel",
-    "SQLiteSessionStore": "picoflow.session.sqlite_store",
+    "SQLiteSessionStore": "picoflow.stores",
     "Score": "picoflow.decision",
     "ScoreAnswer": "picoflow.decision",
     "ScriptedDecisionProvider": "picoflow.decision",
     "SessionConflictError": "picoflow.errors",
-    "SessionDoc": "picoflow.session.document",
+    "SessionDoc": "picoflow.stores",
     "SessionFlowInvariantError": "picoflow.errors",
     "SessionFlowMismatchError": "picoflow.errors",
     "SessionLogger": "picoflow.logger",
-    "SessionStore": "picoflow.session.store",
+    "SessionStore": "picoflow.stores",
     "SessionStoreError": "picoflow.errors",
     "SessionTooLargeError": "picoflow.errors",
     "StateChannel": "picoflow.parallel",
@@ -167,75 +112,26 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
-    "AiMessageEx",
     "BaseMessage",
-    "BranchResult",
-    "CancellationSignal",
-    "ChatDecisionProvider",
-    "Choice",
-    "ChoiceAnswer",
-    "DecisionContext",
-    "DecisionErrorContext",
-    "DecisionProvider",
-    "DecisionRequest",
-    "DecisionResult",
     "DecisionStep",
-    "DecisionValidationError",
-    "DirectMessage",
-    "DynamoDBSessionStore",
     "Flow",
     "FlowEngine",
-    "HumanMessageEx",
-    "InvalidToolArguments",
-    "LlmAttemptErrorContext",
-    "LlmBlockedContext",
-    "LlmBlockedError",
-    "LlmCallPolicy",
-    "LlmErrorContext",
     "LogicStep",
-    "MemorySessionStore",
+    "MCPServerSpec",
+    "MCPTools",
     "ModelSelection",
-    "Noul",
-    "NoulAnswer",
-    "ParallelBatchResult",
-    "ParallelCancelledError",
-    "ParallelDuplicateKeyError",
-    "ParallelExecutionError",
-    "ParallelInvocation",
-    "ParallelMutationError",
-    "ParallelStateConflictError",
-    "PicoFlowError",
-    "RetryWithModel",
     "RunResponse",
-    "RunStepRequest",
-    "SQLiteSessionStore",
-    "Score",
-    "ScoreAnswer",
-    "ScriptedDecisionProvider",
-    "SessionConflictError",
-    "SessionDoc",
-    "SessionFlowInvariantError",
-    "SessionFlowMismatchError",
-    "SessionLogger",
-    "SessionStore",
-    "SessionStoreError",
-    "SessionTooLargeError",
-    "StateChannel",
     "Step",
-    "StepChannels",
     "TerminateSessionStep",
-    "ToolMessageEx",
     "ToolSpec",
     "Transition",
     "direct",
-    "direct_result",
     "direct_to",
     "finish",
     "go",
     "load_prompt",
     "prompt",
     "render",
-    "retry_with_model",
     "stay",
     "tool",
     "tools",
@@ -246,7 +142,7 @@ class _Package(types.ModuleType):
     """This package: importing the submodule ``picoflow.tools`` must not replace the public ``tools`` decorator."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType):
+        if name in _MODULES and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 
@@ -255,12 +151,21 @@ sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use; ``__version__`` is the installed distribution's."""
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-    elif name == "__version__":
+    """Import a name's module on first use; ``__version__`` is the installed distribution's."""
+    if name == "__version__":
         value = _version()
+    elif name in __all__:
+        value = getattr(importlib.import_module(_MODULES[name]), name)
+    elif name in _MODULES:
+        module = _MODULES[name]
+        warnings.warn(
+            f"'from picoflow import {name}' is deprecated and will be removed in the next release; "
+            f"use 'from {module} import {name}'.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        # Not cached, so that every deprecated use is reported where it happens.
+        return getattr(importlib.import_module(module), name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
@@ -268,7 +173,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    # The public names are the authoring ones alone, whatever submodules and helpers the package holds.
+    return sorted({*__all__, *(name for name in globals() if name.startswith("_"))})
 
 
 def _version() -> str:

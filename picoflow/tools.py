@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
 from picoflow.errors import PicoFlowError
@@ -43,13 +44,14 @@ class ToolSpec:
             raise PicoFlowError(f"Tool '{self.name}' needs a pydantic model class as its schema.")
 
     def as_model_tool(self) -> dict[str, Any]:
-        """The OpenAI-style function description handed to ``bind_tools``."""
+        """The OpenAI-style function description handed to ``bind_tools``: LangChain's conversion of the schema,
+        under this tool's name and description."""
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": _json_schema(self.schema),
+                "parameters": _parameters_schema(self.schema),
             },
         }
 
@@ -128,9 +130,9 @@ def _duplicate_message(name: str, flow_id: str, held: ToolDeclaration, clash: To
 
 
 @lru_cache(maxsize=512)
-def _json_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    # Building a JSON schema is slow and the model class never changes, so build it once per class.
-    return schema.model_json_schema()
+def _parameters_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    # Converting a model is slow and the model class never changes, so convert it once per class.
+    return convert_to_openai_tool(schema)["function"]["parameters"]
 
 
 def tool(arg: Callable | str | None = None) -> Any:

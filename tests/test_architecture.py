@@ -107,7 +107,11 @@ def test_no_module_takes_part_in_an_import_cycle():
 
 @pytest.mark.parametrize(
     "statement",
-    ["import picoflow", "from picoflow import Flow, Step, FlowEngine, MemorySessionStore, SQLiteSessionStore"],
+    [
+        "import picoflow",
+        "from picoflow import Flow, Step, FlowEngine\n"
+        "from picoflow.stores import MemorySessionStore, SQLiteSessionStore",
+    ],
 )
 def test_the_public_api_does_not_load_the_aws_sdk(statement):
     check = f"import sys\n{statement}\nprint(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))"

@@ -15,20 +15,9 @@ from langchain_core.messages import SystemMessage
 from pydantic import BaseModel
 
 import picoflow
-from picoflow import (
-    Flow,
-    HumanMessageEx,
-    ModelSelection,
-    Step,
-    ToolSpec,
-    go,
-    load_prompt,
-    prompt,
-    render,
-    tool,
-)
+from picoflow import Flow, ModelSelection, Step, ToolSpec, go, load_prompt, prompt, render, tool
 from picoflow.decision import DEFAULT_DECISION_MAX_RETRIES, DEFAULT_DECISION_TIMEOUT_MS, DecisionConfig
-from picoflow.messages import SUMMARY_MESSAGE_PREFIX
+from picoflow.messages import SUMMARY_MESSAGE_PREFIX, HumanMessageEx
 from picoflow.session.document import ModelSelectionDoc
 from tests.support.engine import call, scripted_engine, text
 

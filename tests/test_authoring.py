@@ -12,7 +12,8 @@ from typing import Any
 import langchain_core.messages
 
 import picoflow
-from picoflow import BaseMessage, Flow, HumanMessageEx, ModelSelection, Step, Transition, go, tool
+from picoflow import BaseMessage, Flow, ModelSelection, Step, Transition, go, tool
+from picoflow.messages import HumanMessageEx
 from tests.support.engine import call, scripted_engine, text
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import threading
 
-from picoflow import Flow, MemorySessionStore, ModelSelection, Step, ToolSpec, go, tool
+from picoflow import Flow, ModelSelection, Step, ToolSpec, go, tool
 from picoflow.batch import http_invoker
 from picoflow.local.serve import make_server
 from picoflow.results import RunResponse
+from picoflow.stores import MemorySessionStore
 from tests.support.engine import call, scripted_engine, text
 from tests.test_tools import Args
 

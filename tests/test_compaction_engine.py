@@ -7,22 +7,13 @@ from datetime import UTC, datetime, timedelta
 from langchain_core.messages import SystemMessage
 from pydantic import BaseModel
 
-from picoflow import (
-    Flow,
-    FlowEngine,
-    MemorySessionStore,
-    ModelSelection,
-    SessionDoc,
-    Step,
-    ToolSpec,
-    stay,
-    tool,
-)
+from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, stay, tool
 from picoflow.messages import from_message_doc
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.document import encode_document
 from picoflow.session.lifecycle import orphan_tool_messages
+from picoflow.stores import MemorySessionStore, SessionDoc
 from tests.support.engine import text
 
 IDLE_LIMIT_MS = 30 * 60_000

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from picoflow import Flow, FlowEngine, MemorySessionStore, ModelSelection, Step
+from picoflow import Flow, FlowEngine, ModelSelection, Step
 from picoflow.messages import from_message_doc
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
+from picoflow.stores import MemorySessionStore
 from tests.support.engine import text
 
 TURNS = 12

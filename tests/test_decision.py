@@ -11,25 +11,11 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel
 
 from picoflow import (
-    Choice,
-    ChoiceAnswer,
-    DecisionContext,
-    DecisionErrorContext,
-    DecisionRequest,
-    DecisionResult,
     DecisionStep,
-    DecisionValidationError,
     Flow,
     FlowEngine,
-    HumanMessageEx,
     LogicStep,
-    MemorySessionStore,
     ModelSelection,
-    Noul,
-    PicoFlowError,
-    Score,
-    ScoreAnswer,
-    ScriptedDecisionProvider,
     Step,
     ToolSpec,
     direct,
@@ -40,12 +26,26 @@ from picoflow import (
     tool,
 )
 from picoflow.conversation import read_conversation
-from picoflow.decision import ChatDecisionProvider, DecisionConfig
-from picoflow.errors import public_message
-from picoflow.messages import AiMessageEx
+from picoflow.decision import (
+    ChatDecisionProvider,
+    Choice,
+    ChoiceAnswer,
+    DecisionConfig,
+    DecisionContext,
+    DecisionErrorContext,
+    DecisionRequest,
+    DecisionResult,
+    Noul,
+    Score,
+    ScoreAnswer,
+    ScriptedDecisionProvider,
+)
+from picoflow.errors import DecisionValidationError, PicoFlowError, public_message
+from picoflow.messages import AiMessageEx, HumanMessageEx
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.document import SessionDoc, TokenUsage
+from picoflow.stores import MemorySessionStore
 from tests.support.engine import call, scripted_engine, text
 
 CHAT = ModelSelection(provider="scripted", name="chat-model")

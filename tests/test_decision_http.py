@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 import handlers.api
-from picoflow import PicoFlowError
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.aws.discovery import DECISION_PROVIDERS_VARIABLE, load_decision_providers
+from picoflow.errors import PicoFlowError
 from picoflow.local.cli import main
 from picoflow.local.serve import LambdaHTTPServer, make_server
 from tests.support.decision_flows import HANDOFF

@@ -10,25 +10,15 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel
 
-from picoflow import (
-    Flow,
-    FlowEngine,
-    MemorySessionStore,
-    ModelSelection,
-    PicoFlowError,
-    SessionDoc,
-    SessionLogger,
-    Step,
-    ToolSpec,
-    go,
-    tool,
-)
+from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, go, tool
 from picoflow.aws.runtime import build_engine
-from picoflow.errors import public_message
+from picoflow.errors import PicoFlowError, public_message
+from picoflow.logger import SessionLogger
 from picoflow.messages import from_message_doc, to_message_doc
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.document import SESSION_DOC_VERSION
+from picoflow.stores import MemorySessionStore, SessionDoc
 from tests.support.engine import call, scripted_engine, text
 
 
@@ -419,7 +409,7 @@ async def test_a_corrupted_session_can_still_be_ended_and_store_details_stay_pri
     assert await engine.delete_session(first.session) == {"success": True, "session": first.session}
     assert first.session not in store._rows
 
-    from picoflow import SessionStoreError
+    from picoflow.errors import SessionStoreError
 
     async def failing_load(session_id):
         raise SessionStoreError("load", session_id, "EndpointConnectionError: http://10.1.2.3:8000", status_code=503)

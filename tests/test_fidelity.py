@@ -11,8 +11,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from pydantic import BaseModel
 
-from picoflow import Flow, ModelSelection, PicoFlowError, Step, ToolSpec, go, stay, tool
-from picoflow.errors import IllegalConversationError, public_message
+from picoflow import Flow, ModelSelection, Step, ToolSpec, go, stay, tool
+from picoflow.errors import IllegalConversationError, PicoFlowError, public_message
 from picoflow.models.scripted import ScriptedProvider, check_conversation, conversation_problems
 from picoflow.parallel import RunStepRequest
 from tests.support.engine import call, scripted_engine, text

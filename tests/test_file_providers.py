@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from picoflow import FlowEngine, MemorySessionStore
+from picoflow import FlowEngine
 from picoflow.files.intake import InlineFile, take_files
 from picoflow.files.local_store import LocalFileStore
 from picoflow.files.policy import FilePolicy
 from picoflow.messages import from_message_doc, to_message_doc
 from picoflow.models.factory import default_registry
 from picoflow.session.document import MessageDoc
+from picoflow.stores import MemorySessionStore
 from tests.support.fake_openai import FakeOpenAIServer
 from tests.support.file_flows import AnthropicLookFlow, BedrockLookFlow, GoogleLookFlow, OllamaLookFlow
 from tests.support.files import INVOICE_PDF, INVOICE_PNG, b64

@@ -22,12 +22,13 @@ from flows.basic import IDLE_EXPIRY_MS, BasicFlow
 from flows.basic.common import ABRUPT_END, ADDRESS_END, parse_json_object
 from flows.basic.concurrent import ConcurStep4
 from flows.basic.validators import InvalidInput, check_birth_date, check_full_name, parse_address
-from picoflow import DynamoDBSessionStore, FlowEngine, MemorySessionStore, SessionDoc
+from picoflow import FlowEngine
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.messages import message_step
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
+from picoflow.stores import DynamoDBSessionStore, MemorySessionStore, SessionDoc
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 

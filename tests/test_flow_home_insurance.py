@@ -19,11 +19,11 @@ from flows.home_insurance import INTAKE_MEMORY, HomeInsuranceQuoteFlow, presente
 from flows.home_insurance.rating import QuoteConfig, load_quote_config, quote_id, rate_application
 from flows.home_insurance.records import QuoteApplication, QuoteResult
 from flows.home_insurance.steps import CONTACT_OPENER, PRESENT_OPENER, REFERRAL_OPENER, REVIEW_OPENER
-from picoflow import DynamoDBSessionStore, SessionDoc
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.lifecycle import build_summary_request
+from picoflow.stores import DynamoDBSessionStore, SessionDoc
 from tests.support.engine import call, scripted_engine, text
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")

@@ -17,12 +17,13 @@ import handlers.api as api
 from flows.hotel import HotelFlow, booking, catalog, chart, contract
 from flows.hotel.pricing import holidays, nightly_price, quote
 from flows.hotel.steps import ExploreStep
-from picoflow import FlowEngine, MemorySessionStore
+from picoflow import FlowEngine
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.messages import SUMMARY_MESSAGE_PREFIX, message_step
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
+from picoflow.stores import MemorySessionStore
 from tests.support.mcp_servers import HttpServer
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")

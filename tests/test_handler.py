@@ -8,10 +8,10 @@ import boto3
 import pytest
 
 import handlers.api as api
-from picoflow import SessionConflictError, SessionStoreError
 from picoflow.aws import deadline, observability
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.errors import SessionConflictError, SessionStoreError
 from tests.support import echo_flows
 from tests.support.dynamodb_local import REGION
 

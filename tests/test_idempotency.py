@@ -15,11 +15,10 @@ from typing import Any
 import pytest
 
 import handlers.api as api
-from picoflow import SessionConflictError, SessionStoreError
 from picoflow.aws import idempotency
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.errors import public_message
+from picoflow.errors import SessionConflictError, SessionStoreError, public_message
 from picoflow.session import receipts
 from tests.support import echo_flows
 from tests.support.dynamodb_local import DynamoTable

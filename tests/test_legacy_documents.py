@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from picoflow import Flow, MemorySessionStore, ModelSelection, SessionDoc, Step
+from picoflow import Flow, ModelSelection, Step
 from picoflow.session.document import SESSION_DOC_VERSION, encode_document, validate_namespace
+from picoflow.stores import MemorySessionStore, SessionDoc
 from tests.support.engine import scripted_engine, text
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy_v1_session.json"

@@ -12,25 +12,13 @@ from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
 from pydantic import BaseModel
 
-from picoflow import (
-    Flow,
-    FlowEngine,
-    LlmCallPolicy,
-    MemorySessionStore,
-    ModelSelection,
-    PicoFlowError,
-    Step,
-    ToolSpec,
-    finish,
-    go,
-    retry_with_model,
-    tool,
-)
+from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, finish, go, tool
 from picoflow import context as deadline_module
-from picoflow.errors import ScriptedModelError, public_message
+from picoflow.errors import PicoFlowError, ScriptedModelError, public_message
 from picoflow.models.registry import ModelProvider, ProviderRegistry
-from picoflow.recovery import is_transient_error
-from picoflow.step import resolve_call_policy
+from picoflow.recovery import is_transient_error, retry_with_model
+from picoflow.step import LlmCallPolicy, resolve_call_policy
+from picoflow.stores import MemorySessionStore
 from tests.support.engine import call, scripted_engine, text
 
 Hook = Callable[[Any], Any] | None

@@ -21,7 +21,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from picoflow import FlowEngine, MemorySessionStore
+from picoflow import FlowEngine
 from picoflow.errors import PUBLIC_MESSAGES, RETRY_AFTER_SECONDS
 from picoflow.mcp import (
     UNAVAILABLE_TOOL_FEEDBACK,
@@ -33,6 +33,7 @@ from picoflow.mcp import (
     offered_tools,
 )
 from picoflow.models.scripted import ScriptedProvider
+from picoflow.stores import MemorySessionStore
 from tests.support.dynamodb_local import REGION
 from tests.support.mcp_flow import McpFlow, server_spec
 from tests.support.mcp_servers import HttpServer, free_port

@@ -8,7 +8,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel
 
-from picoflow import Flow, FlowEngine, MemorySessionStore, Step
+from picoflow import Flow, FlowEngine, Step
 from picoflow.context import model_call_for
 from picoflow.errors import PicoFlowError, ScriptedModelError
 from picoflow.messages import usage_from_message
@@ -17,6 +17,7 @@ from picoflow.models.factory import default_registry
 from picoflow.models.openai import OpenAIProvider
 from picoflow.models.registry import ModelProvider, ModelSelection, ProviderRegistry, provider_family
 from picoflow.models.scripted import ScriptedChatModel, ScriptedProvider
+from picoflow.stores import MemorySessionStore
 
 SCRIPTED = ModelSelection(provider="scripted", name="any-model")
 

@@ -12,27 +12,21 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from picoflow import (
-    CancellationSignal,
-    Flow,
-    HumanMessageEx,
-    MemorySessionStore,
-    ModelSelection,
+from picoflow import Flow, ModelSelection, Step, ToolSpec, tool
+from picoflow.errors import (
     ParallelCancelledError,
     ParallelDuplicateKeyError,
     ParallelExecutionError,
     ParallelMutationError,
     ParallelStateConflictError,
     PicoFlowError,
-    RunStepRequest,
     SessionStoreError,
-    Step,
-    StepChannels,
-    ToolSpec,
-    direct_result,
-    tool,
+    public_message,
 )
-from picoflow.errors import public_message
+from picoflow.messages import HumanMessageEx
+from picoflow.parallel import CancellationSignal, RunStepRequest, StepChannels
+from picoflow.step import direct_result
+from picoflow.stores import MemorySessionStore
 from tests.support.engine import call, scripted_engine, text
 
 Scenario = Callable[[Step], Awaitable[Any]]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from picoflow import Flow, ModelSelection, PicoFlowError, Step, TerminateSessionStep
+from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
 from picoflow.context import deep_merge, read_path
+from picoflow.errors import PicoFlowError
 from picoflow.session.document import new_document
 from picoflow.session.lifecycle import new_flow_doc
 
@@ -132,7 +133,7 @@ def test_shared_namespaces_share_one_history(flow):
 def test_erase_memory_keeps_state(flow):
     step = flow.require_step(OwnerStep)
     step.save_state({"name": "Ada"})
-    from picoflow import HumanMessageEx
+    from picoflow.messages import HumanMessageEx
 
     step.get_memory().append(HumanMessageEx(step, "hello"))
     step.erase_memory()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from picoflow import Flow, ModelSelection, PicoFlowError, Step, ToolSpec, go, tool, tools
+from picoflow import Flow, ModelSelection, Step, ToolSpec, go, tool, tools
 from picoflow.context import group_handler, offered_tool_names, tool_handler
+from picoflow.errors import PicoFlowError
 
 
 class Args(BaseModel):

@@ -21,12 +21,14 @@ from botocore.stub import ANY, Stubber
 from langchain_core.callbacks import AsyncCallbackHandler
 
 import handlers.api as api
-from picoflow import FlowEngine, MemorySessionStore, SessionConflictError
+from picoflow import FlowEngine
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.errors import SessionConflictError
 from picoflow.models.openai import OpenAIProvider
 from picoflow.models.registry import ProviderRegistry
 from picoflow.session.dynamodb_store import DynamoDBSessionStore, user_agent_extra
+from picoflow.stores import MemorySessionStore
 from tests.support import tiny_flow
 from tests.support.dynamodb_local import REGION
 from tests.support.engine import scripted_engine, text

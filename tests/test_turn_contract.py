@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 import handlers.api as api
-from picoflow import FlowEngine, MemorySessionStore, SessionStoreError
+from picoflow import FlowEngine
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.errors import PUBLIC_MESSAGES, RETRY_AFTER_SECONDS, public_message
+from picoflow.errors import PUBLIC_MESSAGES, RETRY_AFTER_SECONDS, SessionStoreError, public_message
+from picoflow.stores import MemorySessionStore
 from picoflow.turn.loop import _Failure
 from tests.support import faulty_flows
 from tests.support.engine import call, scripted_engine, text

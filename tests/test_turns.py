@@ -10,9 +10,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from pydantic import BaseModel, Field
 
 from picoflow import (
-    DirectMessage,
     Flow,
-    HumanMessageEx,
     LogicStep,
     ModelSelection,
     Step,
@@ -27,7 +25,7 @@ from picoflow import (
     tools,
 )
 from picoflow.errors import public_message
-from picoflow.messages import from_message_doc, message_step
+from picoflow.messages import DirectMessage, HumanMessageEx, from_message_doc, message_step
 from tests.support.engine import call, scripted_engine, text
 
 
@@ -538,7 +536,7 @@ async def test_direct_to_and_finish():
 
 
 async def test_stay_and_direct_outside_a_tool_handler_raise():
-    from picoflow import PicoFlowError
+    from picoflow.errors import PicoFlowError
 
     with pytest.raises(PicoFlowError):
         stay()
@@ -625,7 +623,7 @@ async def test_tool_handlers_get_a_stable_idempotency_key_per_session_and_call()
     assert second.session != first.session
     assert not {key for _, key in PayStep.keys} & {key for _, key in keys}
     step = PayStep(engine.get_flow("PayFlow")())
-    from picoflow import PicoFlowError
+    from picoflow.errors import PicoFlowError
 
     with pytest.raises(PicoFlowError, match="inside a tool handler"):
         step.tool_idempotency_key()

@@ -9,19 +9,8 @@ import pytest
 from langchain_core.messages import ToolMessage
 from pydantic import BaseModel, Field
 
-from picoflow import (
-    Flow,
-    ModelSelection,
-    PicoFlowError,
-    Step,
-    TerminateSessionStep,
-    ToolSpec,
-    direct,
-    go,
-    stay,
-    tool,
-    tools,
-)
+from picoflow import Flow, ModelSelection, Step, TerminateSessionStep, ToolSpec, direct, go, stay, tool, tools
+from picoflow.errors import PicoFlowError
 from picoflow.tools import InvalidToolArguments, typed_tool_specs
 from tests.support.engine import call, scripted_engine, text
 

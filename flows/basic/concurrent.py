@@ -20,7 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from picoflow import ParallelBatchResult, RunStepRequest, Step
+from picoflow import Step
+from picoflow.parallel import ParallelBatchResult, RunStepRequest
 from picoflow.prompts import prompt
 
 

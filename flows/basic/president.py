@@ -6,7 +6,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from picoflow import HumanMessageEx, Step
+from picoflow import Step
+from picoflow.messages import HumanMessageEx
 from picoflow.prompts import load_prompt
 
 PROMPT = load_prompt("president.md", __file__).strip()

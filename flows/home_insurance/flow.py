@@ -14,7 +14,8 @@ from flows.home_insurance.steps import (
     ReviewStep,
     RiskStep,
 )
-from picoflow import Flow, ModelSelection, SessionDoc, Step, TerminateSessionStep, ToolSpec
+from picoflow import Flow, ModelSelection, Step, TerminateSessionStep, ToolSpec
+from picoflow.stores import SessionDoc
 
 #: The three interview steps share this history, since a correction often spans them.
 INTAKE_MEMORY = "home-quote-intake"

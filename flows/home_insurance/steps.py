@@ -29,18 +29,8 @@ from flows.home_insurance.records import (
     RiskProfile,
     SelectArgs,
 )
-from picoflow import (
-    Flow,
-    HumanMessageEx,
-    LogicStep,
-    Step,
-    TerminateSessionStep,
-    Transition,
-    direct,
-    go,
-    stay,
-    tool,
-)
+from picoflow import Flow, LogicStep, Step, TerminateSessionStep, Transition, direct, go, stay, tool
+from picoflow.messages import HumanMessageEx
 from picoflow.prompts import prompt
 
 Record = TypeVar("Record", bound=BaseModel)

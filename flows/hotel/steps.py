@@ -22,8 +22,9 @@ from flows.hotel.contract import (
     SearchHotelsResult,
     stay_nights,
 )
-from picoflow import Flow, HumanMessageEx, Step, TerminateSessionStep, Transition, direct, direct_to, go, stay, tool
+from picoflow import Flow, Step, TerminateSessionStep, Transition, direct, direct_to, go, stay, tool
 from picoflow.mcp import MCPUnavailableError
+from picoflow.messages import HumanMessageEx
 from picoflow.prompts import prompt
 
 Amenity = Literal[AMENITIES]  # type: ignore[valid-type]

@@ -8,8 +8,9 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from flows.invoice.records import Invoice, InvoiceRecord, OpenAttachmentArgs, Route, arithmetic_problems
-from picoflow import HumanMessageEx, Step, Transition, finish, go, stay, tool
+from picoflow import Step, Transition, finish, go, stay, tool
 from picoflow.files.refs import FileRef, with_files
+from picoflow.messages import HumanMessageEx
 from picoflow.prompts import prompt
 from picoflow.wire import JSON
 

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from picoflow import (
-    Choice,
-    DecisionContext,
-    DecisionErrorContext,
-    DecisionStep,
-    Flow,
-    ModelSelection,
-    Step,
-    direct,
-    direct_to,
-    go,
-)
+from picoflow import DecisionStep, Flow, ModelSelection, Step, direct, direct_to, go
+from picoflow.decision import Choice, DecisionContext, DecisionErrorContext
 
 ROUTE = Choice(criteria={
     "review": "Show the saved criteria without searching",

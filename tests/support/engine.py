@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from picoflow import FlowEngine, MemorySessionStore
+from picoflow import FlowEngine
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.store import SessionStore
+from picoflow.stores import MemorySessionStore
 
 
 def scripted_engine(

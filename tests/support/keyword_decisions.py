@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from picoflow import DecisionRequest, DecisionResult, Flow, ModelSelection, Step
+from picoflow import Flow, ModelSelection, Step
+from picoflow.decision import DecisionRequest, DecisionResult
 from picoflow.session.document import TokenUsage
 from tests.support.decision_flows import RouterStep, SearchStep
 
