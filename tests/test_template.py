@@ -435,9 +435,3 @@ def test_snapstart_is_off_unless_enabled(template, function):
     }
     assert function["AutoPublishAlias"] == {"Fn::If": ["HasSnapStart", "live", {"Ref": "AWS::NoValue"}]}
 
-
-def test_snapstart_runs_what_the_handler_primes(function):
-    # The runtime's hooks only see modules the handler imports: the handler module must install the priming.
-    handler_module, _ = function["Handler"].rsplit(".", 1)
-    source = (ROOT / (handler_module.replace(".", "/") + ".py")).read_text(encoding="utf-8")
-    assert "priming.install()" in source
