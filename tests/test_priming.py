@@ -137,7 +137,7 @@ def test_priming_builds_each_flows_chat_models_once(container, monkeypatch):
     priming.prime()
     assert sorted(s.name for s in built) == ["gpt-4o", "gpt-4o-mini"]
     before = list(built)
-    priming.prime_clients(runtime.engine)
+    priming.prime_clients(runtime)
     assert built == before  # cached by the registry: the first turn reuses what priming built
 
 
@@ -182,3 +182,17 @@ def test_the_handler_module_installs_the_hooks_inside_a_snapstart_init(tmp_path)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env,
                          timeout=120, check=True)
     assert out.stdout.split("\n")[-2] == "['prime'] ['refresh']"
+
+
+def test_priming_an_openai_flow_stays_offline(container, monkeypatch):
+    # No script: EchoFlow's gpt-4o is a real ChatOpenAI, whose request path priming runs on loopback only.
+    monkeypatch.delenv("PICOFLOW_SCRIPT")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://openai.invalid/v1")
+    warnings: list[str] = []
+    monkeypatch.setattr(observability.logger, "warning", lambda message, *a, **k: warnings.append(message))
+    priming.prime()
+    assert warnings == []
+    model = aws_runtime.get_engine().providers.chat_model(ModelSelection(provider="openai", name="gpt-4o"))
+    assert type(model).__name__ == "ChatOpenAI"
+    assert model.openai_api_base == "http://openai.invalid/v1"

@@ -15,9 +15,11 @@ chat models. ``PICOFLOW_PRIME=false`` turns it off; ``true`` turns it on outside
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -39,6 +41,15 @@ INIT_TYPE_VARIABLE = "AWS_LAMBDA_INITIALIZATION_TYPE"
 SNAP_START = "snap-start"
 #: Seconds the after-restore hook waits for the stale store to close; Lambda allows the hook 10 s in all.
 CLOSE_TIMEOUT_SECONDS = 3.0
+#: Seconds a stubbed request (no network) may take before priming gives it up.
+STUBBED_TIMEOUT_SECONDS = 5.0
+PRIMING_SESSION_ID = "picoflow-priming"
+#: The answer of the offline OpenAI call: a Chat Completions body.
+PRIMING_COMPLETION: dict[str, Any] = {
+    "id": "chatcmpl-priming", "object": "chat.completion", "created": 0, "model": "gpt-4o-mini",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello."}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14},
+}
 
 # Two turns: a tool call and the reply after it, then a continued session's reply.
 PRIMING_SCRIPT: list[dict[str, Any]] = [
@@ -117,7 +128,7 @@ def prime() -> None:
         dry_turns(runtime)
     except Exception as exc:  # noqa: BLE001 - priming only saves time: the container must start without it
         logger.warning("Priming turns failed", extra={"errorType": type(exc).__name__})
-    prime_clients(runtime.engine)
+    prime_clients(runtime)
     logger.info("Primed", extra={"cpuMs": round((time.process_time() - started) * 1000, 1)})
 
 
@@ -132,7 +143,7 @@ def refresh() -> None:
         runtime.call(stale.close(), timeout=CLOSE_TIMEOUT_SECONDS)
     except Exception as exc:  # noqa: BLE001 - the stale engine is dropped either way
         logger.warning("Closing the snapshot's store failed", extra={"errorType": type(exc).__name__})
-    prime_clients(runtime.engine)
+    prime_clients(runtime)
 
 
 def dry_turns(runtime: Runtime) -> None:
@@ -162,17 +173,74 @@ def _dry_turn(message: str, session: str | None) -> str:
     return json.loads(response["body"])["session"]
 
 
-def prime_clients(engine: FlowEngine) -> None:
-    """Build, without a request, the store's DynamoDB client and the chat models of every registered flow."""
+def prime_clients(runtime: Runtime) -> None:
+    """Build, without a network call, what the registered flows' first turn would: the store's DynamoDB client (and
+    its request path, on stubbed answers) and every flow's chat models (and the OpenAI client's request path)."""
+    engine = runtime.engine
     if isinstance(engine.session_store, DynamoDBSessionStore):
-        engine.session_store.client  # noqa: B018 - building it loads the service model and resolves credentials
+        try:
+            runtime.call(_stubbed_store_requests(engine.session_store), timeout=STUBBED_TIMEOUT_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - the first turn pays what priming could not
+            logger.warning("Priming the session store failed", extra={"errorType": type(exc).__name__})
+    models = []
     for name in engine.get_flow_names():
         flow_cls = engine.get_flow(name)
         try:
-            for selection in model_selections(flow_cls) if flow_cls else ():
-                engine.providers.chat_model(selection)
+            models += [engine.providers.chat_model(selection) for selection in model_selections(flow_cls)]
         except Exception as exc:  # noqa: BLE001 - the flow's first turn reports what cannot be built
             logger.warning("Priming a chat model failed", extra={"flow": name, "errorType": type(exc).__name__})
+    if any(type(model).__module__.startswith("langchain_openai") for model in models):
+        try:
+            runtime.call(_offline_openai_call(), timeout=STUBBED_TIMEOUT_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - the first turn pays what priming could not
+            logger.warning("Priming the OpenAI client failed", extra={"errorType": type(exc).__name__})
+
+
+async def _stubbed_store_requests(store: DynamoDBSessionStore) -> None:
+    """A turn's requests (load, create, save) through the store and its client, answered by a stub, so the
+    client's serializers, endpoint rules and parsers are ready; nothing is sent."""
+    from botocore.stub import Stubber
+
+    with Stubber(store.client) as stub:
+        for method in ("get_item", "put_item", "put_item"):
+            stub.add_response(method, {})
+        await store.load(PRIMING_SESSION_ID)
+        created = await store.create({"name": PrimingFlow.id}, session_id=PRIMING_SESSION_ID)
+        await store.save(created, created.revision)
+
+
+async def _offline_openai_call() -> None:
+    """One chat completion with tools through a ``ChatOpenAI`` talking to a server on loopback inside this process:
+    it loads the modules and fills the caches an OpenAI request needs (HTTP pool, request and response models).
+    The flows' own models keep their untouched clients; the server and the connection close afterwards."""
+    import httpx
+    from langchain_openai import ChatOpenAI
+
+    server = await asyncio.start_server(_answer_completion, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient() as client:
+            model = ChatOpenAI(
+                model="gpt-4o-mini", api_key="priming-offline", base_url=f"http://127.0.0.1:{port}/v1",
+                http_async_client=client, max_retries=0, timeout=STUBBED_TIMEOUT_SECONDS,
+            )
+            await model.bind_tools([GreetArgs]).ainvoke([("system", "Greet."), ("human", "Hi")])
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def _answer_completion(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = re.search(rb"content-length:\s*(\d+)", head, re.IGNORECASE)
+    await reader.readexactly(int(length.group(1)) if length else 0)
+    body = json.dumps(PRIMING_COMPLETION).encode()
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode() + body
+    )
+    await writer.drain()
+    writer.close()
 
 
 def model_selections(flow_cls: type[Flow]) -> list[ModelSelection]:
