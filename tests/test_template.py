@@ -420,3 +420,18 @@ def test_file_access_is_object_level_under_the_upload_prefix(function):
     assert sorted(a for s in s3 for a in _as_list(s["Action"])) == ["s3:GetObject", "s3:PutObject"]
     (resource,) = _as_list(s3[0]["Resource"])
     assert resource == {"Fn::Sub": "${FilesBucket.Arn}/uploads/*"}
+
+
+def test_snapstart_is_off_unless_enabled(template, function):
+    param = template["Parameters"]["EnableSnapStart"]
+    assert param["Type"] == "String" and param["Default"] == "false"
+    assert sorted(param["AllowedValues"]) == ["false", "true"]
+    condition = template["Conditions"]["HasSnapStart"]
+    assert _evaluate(condition, _defaults(template)) is False
+    assert _evaluate(condition, _defaults(template) | {"EnableSnapStart": "true"}) is True
+    # SnapStart snapshots published versions only, so enabling it also publishes one behind an alias.
+    assert function["SnapStart"] == {
+        "Fn::If": ["HasSnapStart", {"ApplyOn": "PublishedVersions"}, {"Ref": "AWS::NoValue"}]
+    }
+    assert function["AutoPublishAlias"] == {"Fn::If": ["HasSnapStart", "live", {"Ref": "AWS::NoValue"}]}
+

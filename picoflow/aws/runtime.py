@@ -41,8 +41,12 @@ class Runtime:
     its chat models usable across invocations; a loop per invocation would strand their connections.
     """
 
-    def __init__(self, engine: FlowEngine, file_policy: FilePolicy | None = None) -> None:
+    def __init__(
+        self, engine: FlowEngine, file_policy: FilePolicy | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
         self.engine = engine
+        #: The environment the engine was built from (its secrets resolved), so it can be rebuilt without SSM.
+        self.environ = dict(os.environ if environ is None else environ)
         #: The limits files sent to the API must meet (``PICOFLOW_FILE_TYPES`` and friends).
         self.file_policy = file_policy or FilePolicy.from_env()
         self.loop = asyncio.new_event_loop()
@@ -67,7 +71,8 @@ def get_runtime() -> Runtime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            _runtime = Runtime(build_engine())
+            env = engine_environment()
+            _runtime = Runtime(build_engine(env), environ=env)
         return _runtime
 
 
@@ -76,13 +81,19 @@ def get_engine() -> FlowEngine:
     return get_runtime().engine
 
 
-def build_engine(environ: Mapping[str, str] | None = None) -> FlowEngine:
-    """A new engine configured from ``environ`` (default: the process environment)."""
+def engine_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default: the process environment) with the OpenAI key read from its SSM parameter if needed."""
     env = dict(os.environ if environ is None else environ)
     if not env.get("PICOFLOW_SCRIPT") and not env.get("OPENAI_API_KEY") and env.get("OPENAI_API_KEY_PARAMETER"):
         key = read_openai_key(env["OPENAI_API_KEY_PARAMETER"])
         if key:
             env["OPENAI_API_KEY"] = key
+    return env
+
+
+def build_engine(environ: Mapping[str, str] | None = None) -> FlowEngine:
+    """A new engine configured from ``environ`` (default: the process environment)."""
+    env = engine_environment(environ)
     flows = load_flows(env.get(FLOWS_VARIABLE))
     store = store_from_env(env)
     decisions = load_decision_providers(env.get(DECISION_PROVIDERS_VARIABLE), env)
