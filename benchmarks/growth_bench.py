@@ -15,10 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.results import write_section  # noqa: E402
 from picoflow import (  # noqa: E402
-    DynamoDBSessionStore,
     Flow,
     FlowEngine,
-    MemorySessionStore,
     ModelSelection,
     Step,
     ToolSpec,
@@ -27,6 +25,7 @@ from picoflow import (  # noqa: E402
 )
 from picoflow.models.registry import ProviderRegistry  # noqa: E402
 from picoflow.models.scripted import ScriptedProvider  # noqa: E402
+from picoflow.stores import DynamoDBSessionStore, MemorySessionStore  # noqa: E402
 
 CHECKPOINTS = (10, 50, 100, 200)
 SENTENCE = "The guest asked about late check-out, parking near the lobby and a quiet room facing the park. "

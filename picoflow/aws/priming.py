@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from picoflow import Flow, FlowEngine, MemorySessionStore, ModelSelection, Step, ToolSpec, Transition, stay, tool
+from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, Transition, stay, tool
 from picoflow.aws.api import app
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.aws.observability import logger, metrics
@@ -34,6 +34,7 @@ from picoflow.aws.runtime import Runtime, build_engine, get_runtime
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.dynamodb_store import DynamoDBSessionStore
+from picoflow.stores import MemorySessionStore
 from picoflow.wire import SESSION_HEADER
 
 PRIME_VARIABLE = "PICOFLOW_PRIME"
