@@ -16,6 +16,7 @@ from picoflow.execution import cancellation_signal
 from picoflow.flow import Flow
 from picoflow.mcp import offered_tools
 from picoflow.messages import EMPTY_RESPONSE_NUDGE, HumanMessageEx, as_text, content_text
+from picoflow.models.caching import TurnNotesMessage
 from picoflow.models.context import call_deadline, model_call_for
 from picoflow.models.selection import ModelSelection
 from picoflow.recovery import (
@@ -92,6 +93,9 @@ def build_request(step: Step) -> list[BaseMessage]:
     if summary:
         request.append(summary_system_message(summary))
     request.extend(history[1:])
+    notes = step.get_turn_notes()
+    if notes:
+        request.append(TurnNotesMessage(notes))
     return request
 
 
