@@ -37,15 +37,19 @@ class _Raw:
 
 
 class FakeBedrock:
-    """Answers Converse requests from ``responses`` in order; ``requests`` holds the parsed bodies and ``sizes``
-    their sizes in bytes. With a ``cache`` (a ``BlockPrefixCache``), usage reports the uncached input tokens
-    and the cache reads and writes as ``inputTokens``, ``cacheReadInputTokens`` and ``cacheWriteInputTokens``."""
+    """Answers Converse requests from ``responses`` (bodies, or functions of the request) in order.
 
-    def __init__(self, responses: list[dict[str, Any]], *, cache: BlockPrefixCache | None = None) -> None:
+    ``requests`` holds the parsed bodies, ``sizes`` their sizes in bytes and ``usages`` the usage reported. With
+    a ``cache`` (a ``BlockPrefixCache``), usage reports the uncached input tokens and the cache reads and writes
+    as ``inputTokens``, ``cacheReadInputTokens`` and ``cacheWriteInputTokens``.
+    """
+
+    def __init__(self, responses: list[Any], *, cache: BlockPrefixCache | None = None) -> None:
         self._responses = list(responses)
         self.cache = cache
         self.requests: list[dict[str, Any]] = []
         self.sizes: list[int] = []
+        self.usages: list[dict[str, Any]] = []
 
     def attach(self, chat_model: Any) -> Any:
         """Serve ``chat_model``'s Converse calls (a ``ChatBedrockConverse``); returns it."""
@@ -61,7 +65,8 @@ class FakeBedrock:
             error = {"message": "the fake Bedrock has no response left"}
             return AWSResponse(request.url, 500, {"x-amzn-ErrorType": "InternalServerException"},
                                _Raw(json.dumps(error).encode()))
-        payload = dict(self._responses.pop(0))
+        response = self._responses.pop(0)
+        payload = dict(response(body) if callable(response) else response)
         usage = self.cache.request(bedrock_blocks(body)) if self.cache is not None else None
         blocks = payload["output"]["message"]["content"]
         text = "".join(b.get("text", "") for b in blocks)
@@ -75,4 +80,5 @@ class FakeBedrock:
             "cacheReadInputTokens": usage.cache_read if usage else 0,
             "cacheWriteInputTokens": usage.cache_write if usage else 0,
         }
+        self.usages.append(payload["usage"])
         return AWSResponse(request.url, 200, {"Content-Type": "application/json"}, _Raw(json.dumps(payload).encode()))

@@ -76,7 +76,8 @@ def completion_chunks(completion: dict[str, Any], *, usage: bool) -> list[dict[s
 class FakeOpenAIServer:
     """Serves POST /v1/chat/completions from ``responses`` in order, on a free loopback port.
 
-    Each response is a body to return with status 200, or ``(status, body)`` or ``(status, body, headers)``, sent
+    Each response is a body to return with status 200, or ``(status, body)`` or ``(status, body, headers)``, or a
+    function of the request returning one of those, sent
     ``delay`` seconds after its
     request arrived; a request asking for a stream gets a 200 body as server-sent chunks. ``requests`` holds the
     parsed JSON bodies received, ``sizes`` their sizes in bytes and ``headers`` their headers. With a ``cache``,
@@ -139,6 +140,7 @@ class FakeOpenAIServer:
             if not self._responses:
                 return 500, {"error": {"message": "the fake server has no response left", "type": "server_error"}}
             response = self._responses.pop(0)
+            response = response(body) if callable(response) else response
             status, payload, *extra = response if isinstance(response, tuple) else (200, response)
             if status == 200 and self.cache is not None:
                 payload = self._with_usage(body, payload)
