@@ -51,7 +51,7 @@ class ReplayOpenAIServer(FakeOpenAIServer):
         self._repeat = repeat
         self.cursor = 0
 
-    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    def _next(self, body: dict[str, Any], headers: dict[str, str], size: int = 0) -> tuple[int, dict[str, Any]]:
         problems = conversation_problems(body.get("messages") or [])
         if problems:
             return 400, {"error": {"message": problems[0], "type": "invalid_request_error"}}

@@ -247,6 +247,11 @@ class Step:
         """The system prompt; by default whatever ``.with_prompt()`` stored."""
         return self.flow.run_context.state_of(self).get(PROMPT_KEY)
 
+    def get_turn_notes(self) -> str | None:
+        """Data that changes between calls (saved state, the step's progress), sent after the conversation
+        instead of in the system prompt, so that prompt and history stay a cacheable prefix; never stored."""
+        return None
+
     def define_tools(self) -> list[ToolSpec]:
         """Tool definitions this step contributes to the flow-wide registry.
 

@@ -454,10 +454,10 @@ async def test_a_review_correction_goes_to_the_owner_and_returns_to_review():
     assert [item.step_name for item in doc.flow.sequence][-3:] == ["ReviewStep", "CoverageStep", "ReviewStep"]
     assert state(doc, "CoverageStep", "coverage")["deductible"] == 1000
     assert state(doc, "CoverageStep", "correctionMode") is None
-    # The owner saw the request in its prompt and the customer's own words in its history.
+    # The owner saw the request in its turn notes, after the customer's own words in its history.
     coverage_call = provider.calls[-2]
-    assert "Use the $1,000 deductible." in coverage_call[0].content
-    assert coverage_call[-1].content == correction
+    assert "Use the $1,000 deductible." in coverage_call[-1].content
+    assert coverage_call[-2].content == correction
     assert provider.remaining == 0
 
 
@@ -475,7 +475,7 @@ async def test_tool_feedback_keeps_invalid_or_stale_input_out_of_state():
     doc = await engine.session_store.load(session)
     assert doc.flow.current_step == "QualificationStep"
     assert state(doc, "QualificationStep", "qualification") is None
-    tool_result = provider.calls[-1][-1]
+    tool_result = provider.calls[-1][-2]  # the last message is the step's turn notes
     assert tool_result.type == "tool" and "after 2025-06-02" in tool_result.content
 
 
@@ -488,7 +488,8 @@ async def test_selecting_an_option_of_another_quote_is_refused():
     doc = await engine.session_store.load(session)
     assert doc.flow.current_step == "PresentQuoteStep"
     assert state(doc, "PresentQuoteStep", "selectedOption") is None
-    assert provider.calls[-1][-1].content == "Choose one current option id: ESSENTIAL, ENHANCED, PREMIER."
+    assert provider.calls[-1][-2].content == "Choose one current option id: ESSENTIAL, ENHANCED, PREMIER."
+    assert provider.calls[-1][-1].content.endswith("Option chosen so far (null when none): null")
 
 
 # -- the rating rules without any model --------------------------------------------------------------------

@@ -21,6 +21,7 @@ from picoflow import FlowEngine
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.messages import SUMMARY_MESSAGE_PREFIX, message_step
+from picoflow.models.caching import TurnNotesMessage
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.stores import MemorySessionStore
@@ -261,8 +262,9 @@ async def test_bad_dates_and_empty_results_keep_the_explore_step() -> None:
     assert doc.flow.current_step == "ExploreStep"
     assert "criteria" not in doc.flow.steps[0].state
     assert "after today (2026-03-22)" in _tool_results(doc, "hotel-explore")[-1]
-    # The model saw the feedback as the result of its own call before answering.
-    assert isinstance(session.provider.calls[1][-1], ToolMessage)
+    # The model saw the feedback as the result of its own call before answering (then the step's turn notes).
+    assert isinstance(session.provider.calls[1][-2], ToolMessage)
+    assert isinstance(session.provider.calls[1][-1], TurnNotesMessage)
 
     await session.say("max 50 a night, search")
     doc = await session.doc()
@@ -461,11 +463,13 @@ def test_conversation_compacts_the_explore_history(turns: list[Turn]) -> None:
 
 def test_conversation_forwards_the_users_words_across_steps(turns: list[Turn]) -> None:
     explore_call = turns[8].calls[-3]
-    forwarded = explore_call[-1]
+    # The last message of a request is the step's turn notes; the stored history ends before them.
+    forwarded = explore_call[-2]
+    assert '"room_type": "suite"' in explore_call[-1].content
     assert isinstance(forwarded, HumanMessage) and forwarded.content == "change to two beds and search again"
     assert message_step(forwarded) == "ExploreStep"
     compare_call = turns[9].calls[-1]
-    assert compare_call[-1].content == "compare 2,5,7 on price." and message_step(compare_call[-1]) == "CompareStep"
+    assert compare_call[-2].content == "compare 2,5,7 on price." and message_step(compare_call[-2]) == "CompareStep"
 
 
 def test_conversation_erases_present_and_compare_history_on_entry(turns: list[Turn]) -> None:

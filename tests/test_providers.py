@@ -471,7 +471,8 @@ def test_bedrock_calls_converse_and_maps_its_usage(case: str, aws_credentials: N
             _converse_response(usage),
             expected_params={
                 "modelId": "amazon.nova-lite-v1:0",
-                "messages": [{"role": "user", "content": [{"text": "Say hello in Danish."}]}],
+                # Nova caches up to the cache point after the last message (picoflow.models.caching).
+                "messages": [{"role": "user", "content": [{"text": "Say hello in Danish."}, {"cachePoint": ANY}]}],
                 "inferenceConfig": {"temperature": 0.2, "maxTokens": 300},
                 "system": ANY,
             },

@@ -71,10 +71,18 @@ def _record(flow: Flow, owner: type[Step], key: str, model: type[Record]) -> Rec
 
 
 class _CollectionStep(Step):
-    """Shared exit rule of the steps that own an application part."""
+    """Shared exit rule and turn notes of the steps that own an application part."""
 
-    def _correction_values(self) -> dict[str, str]:
-        return {"CORRECTION_REQUEST": _json(self.get_state("correctionRequest"))}
+    #: The application part the step owns, and how its notes name it.
+    part = ""
+    label = ""
+
+    def get_turn_notes(self) -> str:
+        # The saved record changes as the interview goes on: it follows the conversation, outside the cached prefix.
+        return (
+            f"Saved {self.label} (null when nothing is saved yet): {_json(self.get_state(self.part))}\n"
+            f"Correction requested by the customer (null when none): {_json(self.get_state('correctionRequest'))}"
+        )
 
     def _end_correction(self) -> bool:
         correcting = self.get_state("correctionMode") is True
@@ -93,6 +101,9 @@ class _CollectionStep(Step):
 class QualificationStep(_CollectionStep):
     """Collects location, purchase status, occupancy and effective date; owns ``qualification``."""
 
+    part = "qualification"
+    label = "qualification"
+
     def get_prompt(self) -> str:
         today = quote_date(self)
         return _instructions(
@@ -100,8 +111,6 @@ class QualificationStep(_CollectionStep):
             CURRENT_DATE=today.isoformat(),
             LATEST_DATE=(today + timedelta(days=QUOTE_CONFIG.max_effective_days)).isoformat(),
             SUPPORTED_STATES=", ".join(QUOTE_CONFIG.supported_states),
-            QUALIFICATION=_json(self.get_state("qualification")),
-            **self._correction_values(),
         )
 
     @tool
@@ -122,12 +131,13 @@ class QualificationStep(_CollectionStep):
 class PropertyStep(_CollectionStep):
     """Collects the building, roof and systems; owns ``property``."""
 
+    part = "property"
+    label = "property profile"
+
     def get_prompt(self) -> str:
         return _instructions(
             "property.md",
             CURRENT_YEAR=str(quote_date(self).year),
-            PROPERTY=_json(self.get_state("property")),
-            **self._correction_values(),
         )
 
     @tool
@@ -148,8 +158,11 @@ class PropertyStep(_CollectionStep):
 class RiskStep(_CollectionStep):
     """Collects claims history, hazards and protective devices; owns ``risk``."""
 
+    part = "risk"
+    label = "risk profile"
+
     def get_prompt(self) -> str:
-        return _instructions("risk.md", RISK=_json(self.get_state("risk")), **self._correction_values())
+        return _instructions("risk.md")
 
     @tool
     async def capture_home_risk(self, record: RiskProfile) -> Transition:
@@ -161,14 +174,15 @@ class RiskStep(_CollectionStep):
 class CoverageStep(_CollectionStep):
     """Collects dwelling limit, deductible, liability limit and endorsements; owns ``coverage``."""
 
+    part = "coverage"
+    label = "coverage"
+
     def get_prompt(self) -> str:
         limits = QUOTE_CONFIG.dwelling_limit
         return _instructions(
             "coverage.md",
             MIN_DWELLING=presenter.usd(limits.min),
             MAX_DWELLING=presenter.usd(limits.max),
-            COVERAGE=_json(self.get_state("coverage")),
-            **self._correction_values(),
         )
 
     @tool
@@ -311,8 +325,10 @@ class PresentQuoteStep(_CorrectsApplication):
             "present.md",
             QUOTE_RESULT=result.model_dump_json(),
             OPTION_IDS=", ".join(result.option_ids()),
-            SELECTED_OPTION=_json(self.get_state("selectedOption")),
         )
+
+    def get_turn_notes(self) -> str:
+        return f"Option chosen so far (null when none): {_json(self.get_state('selectedOption'))}"
 
     @tool
     async def show_home_quote_options(self, args: NoArguments) -> Transition:

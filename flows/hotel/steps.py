@@ -153,10 +153,14 @@ class ExploreStep(HotelStep):
     def prompt_values(self) -> dict[str, Any]:
         return {
             "today": self.today().isoformat(),
-            "criteria": json.dumps(self.get_state("criteria") or {}),
             "room_types": ", ".join(ROOM_TYPES),
             "amenities": ", ".join(AMENITIES),
         }
+
+    def get_turn_notes(self) -> str:
+        # Saved criteria follow the conversation, so the prompt and history before them stay a cacheable prefix.
+        criteria = json.dumps(self.get_state("criteria") or {})
+        return f"Criteria saved from an earlier search (empty on the first search): {criteria}"
 
     @tool
     async def capture_choices(self, args: CaptureChoices) -> Transition:
@@ -238,11 +242,11 @@ class CompareStep(HotelStep):
         self.erase_memory()
 
     def prompt_values(self) -> dict[str, Any]:
-        return {
-            "hotels": self.numbered(with_totals=False),
-            "selected": ", ".join(self.get_state("selected") or []) or "none yet",
-            "features": ", ".join(chart.FEATURES),
-        }
+        return {"hotels": self.numbered(with_totals=False), "features": ", ".join(chart.FEATURES)}
+
+    def get_turn_notes(self) -> str:
+        # Each comparison changes the selection: it follows the conversation, outside the cached prefix.
+        return f"Hotels compared most recently: {', '.join(self.get_state('selected') or []) or 'none yet'}"
 
     @tool
     async def generate_comparison(self, args: Comparison) -> Transition:

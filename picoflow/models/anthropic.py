@@ -10,6 +10,7 @@ from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
 from picoflow.files.refs import KNOWN_TYPES
+from picoflow.models.caching import ANTHROPIC_POINTS, PROMPT_CACHE_PARAM, check_prompt_cache, prompt_caching
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -22,7 +23,9 @@ from picoflow.models.common import (
 from picoflow.models.registry import ModelProvider, ModelSelection
 
 ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"
-ANTHROPIC_PARAMS = frozenset({"temperature", "top_p", "top_k", "max_tokens", "timeout", "stop", "thinking"})
+ANTHROPIC_PARAMS = frozenset(
+    {"temperature", "top_p", "top_k", "max_tokens", "timeout", "stop", "thinking", PROMPT_CACHE_PARAM}
+)
 """The parameters an ``anthropic`` selection may set."""
 
 
@@ -31,7 +34,8 @@ class AnthropicProvider(ModelProvider):
 
     The key comes from ``api_key`` or ``ANTHROPIC_API_KEY``, the endpoint from ``base_url``,
     ``ANTHROPIC_BASE_URL`` or Anthropic's own; both are read from ``environ`` (the process environment by
-    default) when a model is built. Any model name is accepted; the parameters are checked.
+    default) when a model is built. Any model name is accepted; the parameters are checked. Requests carry
+    cache points (see ``picoflow.models.caching``) unless the selection sets ``prompt_cache`` to false.
     """
 
     #: Images and PDFs, sent as images and PDF documents.
@@ -54,6 +58,7 @@ class AnthropicProvider(ModelProvider):
         """Reject a reserved or unknown parameter, or a bad parameter value."""
         label, params = checked_params(selection, ANTHROPIC_PARAMS)
         check_common_values(label, params, max_temperature=1.0)
+        check_prompt_cache(label, params)
         thinking = params.get("thinking")
         if thinking is not None and not isinstance(thinking, dict):
             raise PicoFlowError(
@@ -72,6 +77,9 @@ class AnthropicProvider(ModelProvider):
         base_url = self._base_url or env_value(env, "ANTHROPIC_BASE_URL") or ANTHROPIC_DEFAULT_BASE_URL
         module = import_extra("langchain_anthropic", provider=self.name, extra="anthropic")
         options: dict[str, Any] = {"timeout": DEFAULT_TIMEOUT_SECONDS, **selection.params}
-        return usage_normalising(module.ChatAnthropic)(
+        chat_class = usage_normalising(module.ChatAnthropic)
+        if options.pop(PROMPT_CACHE_PARAM, True):
+            chat_class = prompt_caching(chat_class, ANTHROPIC_POINTS)
+        return chat_class(
             model=selection.name, api_key=api_key, base_url=base_url, max_retries=CLIENT_RETRIES, **options
         )

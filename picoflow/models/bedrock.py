@@ -10,6 +10,7 @@ from langchain_core.language_models import BaseChatModel
 
 from picoflow.errors import PicoFlowError
 from picoflow.files.refs import KNOWN_TYPES
+from picoflow.models.caching import PROMPT_CACHE_PARAM, bedrock_points, check_prompt_cache, prompt_caching
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -23,7 +24,7 @@ from picoflow.models.registry import ModelProvider, ModelSelection
 
 BEDROCK_PARAMS = frozenset(
     {"temperature", "top_p", "max_tokens", "stop", "timeout", "additional_model_request_fields",
-     "guardrail_config", "performance_config"}
+     "guardrail_config", "performance_config", PROMPT_CACHE_PARAM}
 )
 """The parameters a ``bedrock`` selection may set."""
 
@@ -37,7 +38,9 @@ class BedrockProvider(ModelProvider):
     There is no key: boto3 finds the IAM credentials (on Lambda, the function's role). The Region comes from
     ``region`` or ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` in ``environ`` (the process environment by
     default). The selection's name is a model ID (``amazon.nova-lite-v1:0``) or an inference profile ID
-    (``us.anthropic.claude-sonnet-4-5-20250929-v1:0``); the parameters are checked.
+    (``us.anthropic.claude-sonnet-4-5-20250929-v1:0``); the parameters are checked. Requests to Claude and Nova
+    models carry cache points (see ``picoflow.models.caching``) unless the selection sets ``prompt_cache`` to
+    false.
     """
 
     #: Images and PDFs, sent as Converse image and document blocks.
@@ -59,6 +62,7 @@ class BedrockProvider(ModelProvider):
         label, params = checked_params(selection, BEDROCK_PARAMS)
         # The Converse API takes temperature from 0 to 1 whatever the model.
         check_common_values(label, params, max_temperature=1.0)
+        check_prompt_cache(label, params)
         for key in _OBJECT_PARAMS:
             if key in params and not isinstance(params[key], dict):
                 raise PicoFlowError(f"Model '{label}' {key} must be an object.")
@@ -82,6 +86,8 @@ class BedrockProvider(ModelProvider):
             read_timeout=options.pop("timeout", DEFAULT_TIMEOUT_SECONDS),
             retries={"total_max_attempts": CLIENT_RETRIES + 1, "mode": "standard"},
         )
-        return usage_normalising(module.ChatBedrockConverse)(
-            model=selection.name, region_name=region, config=config, **options
-        )
+        chat_class = usage_normalising(module.ChatBedrockConverse)
+        points = bedrock_points(selection.name)
+        if options.pop(PROMPT_CACHE_PARAM, True) and points is not None:
+            chat_class = prompt_caching(chat_class, points)
+        return chat_class(model=selection.name, region_name=region, config=config, **options)

@@ -59,7 +59,7 @@ class ScriptedProvider(ModelProvider):
     purpose and step.
 
     With ``strict`` (the default) every request is checked against the Chat Completions rules first (see
-    ``picoflow.models.conversation``): a conversation the real service would refuse fails here too.
+    ``conversation_problems`` below): a conversation the real service would refuse fails here too.
     A provider block is scripted as ``{"response_metadata": {"finish_reason": "content_filter"}}``.
 
     For each call, ``calls`` holds copies of the messages the model received, ``tools`` the names of the

@@ -47,6 +47,7 @@ from picoflow.messages import (
     is_direct,
     summary_system_message,
 )
+from picoflow.models.caching import TurnNotesMessage
 from picoflow.models.registry import ModelSelection
 from picoflow.recovery import (
     LlmAttemptErrorContext,
@@ -486,6 +487,9 @@ def build_request(step: Step) -> list[BaseMessage]:
     if summary:
         request.append(summary_system_message(summary))
     request.extend(history[1:])
+    notes = step.get_turn_notes()
+    if notes:
+        request.append(TurnNotesMessage(notes))
     return request
 
 

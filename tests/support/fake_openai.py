@@ -1,4 +1,5 @@
-"""A local OpenAI-compatible chat completions server for tests: scripted responses, recorded requests."""
+"""A local OpenAI-compatible chat completions server for tests: scripted responses, recorded requests, and
+optionally OpenAI's prompt-caching rule applied to the token usage it reports."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from picoflow.models.scripted import conversation_problems
+from tests.support.prompt_cache import OpenAIPrefixCache, count_tokens, openai_prompt
 
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 
@@ -53,6 +55,12 @@ def chat_completion(
     }
 
 
+def reply_tokens(text: str | None, tool_calls: list[dict[str, Any]] | None = None) -> int:
+    """The approximate output tokens of a reply: its text and its tool calls' names and arguments."""
+    calls = "".join(call["name"] + json.dumps(call["args"]) for call in tool_calls or [])
+    return count_tokens((text or "") + calls)
+
+
 def completion_chunks(completion: dict[str, Any], *, usage: bool) -> list[dict[str, Any]]:
     """A text-only chat.completion body as the chunks of a streamed answer, its usage last when asked for."""
     choice = completion["choices"][0]
@@ -68,17 +76,27 @@ def completion_chunks(completion: dict[str, Any], *, usage: bool) -> list[dict[s
 class FakeOpenAIServer:
     """Serves POST /v1/chat/completions from ``responses`` in order, on a free loopback port.
 
-    Each response is a body to return with status 200, or ``(status, body)`` or ``(status, body, headers)``, sent
+    Each response is a body to return with status 200, or ``(status, body)`` or ``(status, body, headers)``, or a
+    function of the request returning one of those, sent
     ``delay`` seconds after its
     request arrived; a request asking for a stream gets a 200 body as server-sent chunks. ``requests`` holds the
-    parsed JSON bodies received and ``headers`` their headers. Use as a context manager.
+    parsed JSON bodies received, ``sizes`` their sizes in bytes and ``headers`` their headers. With a ``cache``,
+    each 200 body's usage is replaced by the request's tokens, the part the cache holds and the reply's tokens
+    (and kept in ``usages``).
+    Use as a context manager.
     """
 
-    def __init__(self, responses: list[dict[str, Any] | tuple[Any, ...]], *, delay: float = 0.0) -> None:
+    path = CHAT_COMPLETIONS_PATH
+
+    def __init__(self, responses: list[dict[str, Any] | tuple[Any, ...]], *, delay: float = 0.0,
+                 cache: OpenAIPrefixCache | None = None) -> None:
         self._responses = list(responses)
         self.delay = delay
+        self.cache = cache
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
+        self.sizes: list[int] = []
+        self.usages: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         # A short poll interval keeps shutdown() quick at the end of each test.
@@ -98,10 +116,23 @@ class FakeOpenAIServer:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[Any, ...]:
-        problems = conversation_problems(body.get("messages") or [])
+    def _problems(self, body: dict[str, Any]) -> list[str]:
+        return conversation_problems(body.get("messages") or [])
+
+    def _with_usage(self, body: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` with the usage the cache rule gives for ``body`` (called in request order)."""
+        usage = self.cache.request(openai_prompt(body))
+        message = payload["choices"][0]["message"]
+        calls = [{"name": c["function"]["name"], "args": json.loads(c["function"]["arguments"])}
+                 for c in message.get("tool_calls") or []]
+        output = reply_tokens(message.get("content"), calls)
+        return {**payload, "usage": usage_block(usage.input_tokens, output, cached_tokens=usage.cache_read)}
+
+    def _next(self, body: dict[str, Any], headers: dict[str, str], size: int = 0) -> tuple[Any, ...]:
+        problems = self._problems(body)
         with self._lock:
             self.requests.append(body)
+            self.sizes.append(size)
             self.headers.append(headers)
             if problems:
                 # As the real service does: the request is refused and no response is spent on it.
@@ -109,19 +140,25 @@ class FakeOpenAIServer:
             if not self._responses:
                 return 500, {"error": {"message": "the fake server has no response left", "type": "server_error"}}
             response = self._responses.pop(0)
-        return response if isinstance(response, tuple) else (200, response)
+            response = response(body) if callable(response) else response
+            status, payload, *extra = response if isinstance(response, tuple) else (200, response)
+            if status == 200 and self.cache is not None:
+                payload = self._with_usage(body, payload)
+                self.usages.append(payload["usage"])
+        return status, payload, *extra
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                if self.path != CHAT_COMPLETIONS_PATH:
+                if self.path != server.path:
                     self._reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return
                 length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                status, payload, *extra = server._next(body, {k.lower(): v for k, v in self.headers.items()})
+                data = self.rfile.read(length) or b"{}"
+                body = json.loads(data)
+                status, payload, *extra = server._next(body, {k.lower(): v for k, v in self.headers.items()}, len(data))
                 time.sleep(server.delay)
                 if status == 200 and body.get("stream"):
                     usage = bool((body.get("stream_options") or {}).get("include_usage"))
