@@ -11,8 +11,6 @@ Names load on first use, so ``import picoflow`` imports almost nothing (and neve
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +24,20 @@ if TYPE_CHECKING:
     from picoflow.models.registry import ModelSelection
     from picoflow.prompts import load_prompt, prompt, render
     from picoflow.results import RunResponse
-    from picoflow.step import LogicStep, Step, TerminateSessionStep, Transition, direct, direct_to, finish, go, stay
-    from picoflow.tools import ToolSpec, tool, tools
+    from picoflow.step import (
+        LogicStep,
+        Step,
+        TerminateSessionStep,
+        ToolSpec,
+        Transition,
+        direct,
+        direct_to,
+        finish,
+        go,
+        stay,
+        tool,
+        tools,
+    )
 
     __version__: str
 
@@ -54,7 +64,7 @@ _MODULES: dict[str, str] = {
     "Flow": "picoflow.flow",
     "FlowEngine": "picoflow.engine",
     "HumanMessageEx": "picoflow.messages",
-    "InvalidToolArguments": "picoflow.tools",
+    "InvalidToolArguments": "picoflow.step",
     "LlmAttemptErrorContext": "picoflow.recovery",
     "LlmBlockedContext": "picoflow.recovery",
     "LlmBlockedError": "picoflow.errors",
@@ -95,7 +105,7 @@ _MODULES: dict[str, str] = {
     "StepChannels": "picoflow.parallel",
     "TerminateSessionStep": "picoflow.step",
     "ToolMessageEx": "picoflow.messages",
-    "ToolSpec": "picoflow.tools",
+    "ToolSpec": "picoflow.step",
     "Transition": "picoflow.step",
     "direct": "picoflow.step",
     "direct_result": "picoflow.step",
@@ -107,8 +117,8 @@ _MODULES: dict[str, str] = {
     "render": "picoflow.prompts",
     "retry_with_model": "picoflow.recovery",
     "stay": "picoflow.step",
-    "tool": "picoflow.tools",
-    "tools": "picoflow.tools",
+    "tool": "picoflow.step",
+    "tools": "picoflow.step",
 }
 
 __all__ = [
@@ -136,18 +146,6 @@ __all__ = [
     "tool",
     "tools",
 ]
-
-
-class _Package(types.ModuleType):
-    """This package: importing the submodule ``picoflow.tools`` must not replace the public ``tools`` decorator."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _MODULES and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -35,19 +35,11 @@ from picoflow.session.document import (
     StepDoc,
     validate_namespace,
 )
-from picoflow.tools import (
-    ToolDeclaration,
-    decorated_tools,
-    exposed_order,
-    group_handlers,
-    tool_registry,
-    typed_tool_specs,
-)
 
 if TYPE_CHECKING:
     from picoflow.models.registry import ProviderRegistry
     from picoflow.parallel import CancellationSignal
-    from picoflow.tools import ToolSpec
+    from picoflow.step import ToolSpec
 
 T = TypeVar("T")
 
@@ -106,9 +98,7 @@ def time_left(before: str) -> float | None:
 async def within_turn(call: Awaitable[T], *, reserve: float = 0.0) -> T:
     """Await ``call``, giving up ``reserve`` seconds before the deadline (``TimeoutError``)."""
     deadline = _deadline.get()
-    if deadline is None:
-        return await call
-    return await asyncio.wait_for(call, max(deadline - reserve - time.monotonic(), 0.01))
+    return await asyncio.wait_for(call, None if deadline is None else max(deadline - reserve - time.monotonic(), 0.01))
 
 
 async def bounded_turn(call: Awaitable[T]) -> T:
@@ -489,37 +479,6 @@ class RunContext:
             raise PicoFlowError(f"Tool '{name}' is not defined in flow '{flow_id}'.")
         return spec
 
-    # -- the flow's steps and tools ---------------------------------------------------------------
-
-    def collect(self, flow: Any) -> None:
-        """Register ``flow``'s steps and its flow-wide tool registry (ids and tool names checked)."""
-        steps: dict[str, Any] = {}
-        for step in flow.define_steps():
-            if step.id in steps:
-                raise PicoFlowError(
-                    f"Step '{step.id}' is registered twice in flow '{flow.id}': register it once in define_steps(), "
-                    "or subclass it (with its own id) for a second role."
-                )
-            steps[step.id] = step
-        if not steps:
-            raise PicoFlowError(f"Flow '{flow.id}' defines no steps: return at least one step from define_steps().")
-        self.steps = steps
-        declarations = [ToolDeclaration(spec, "the flow's define_tools()") for spec in flow.define_tools()]
-        for step in steps.values():
-            derived = set(typed_tool_specs(type(step)))
-            source = f"step '{step.id}'"
-            declarations += [ToolDeclaration(spec, source, spec in derived) for spec in step.define_tools()]
-        self.tools = tool_registry(declarations, flow.id)
-        for step in steps.values():
-            if not step.calls_chat_model:
-                _refuse_chat_features(step, [d for d in declarations if d.source == f"step '{step.id}'"])
-            for name in offered_tool_names(step):
-                if name not in self.tools:
-                    raise PicoFlowError(
-                        f"Tool '{name}' is not defined in flow '{flow.id}': step '{step.id}' offers it. Define it "
-                        "with a typed @tool handler or a ToolSpec in define_tools(), or stop offering it."
-                    )
-
     # -- the session document -------------------------------------------------------------------
 
     def bind(self, doc: SessionDoc, services: TurnServices | None = None, files: TurnFiles | None = None) -> None:
@@ -591,45 +550,3 @@ class SharedView:
 
     def record_write(self, step: Any, fields: Sequence[str]) -> None:
         return None
-
-
-def _refuse_chat_features(step: Any, declared: list[Any]) -> None:
-    """Refuse tools and structured output on a step that answers without a chat model (a decision step)."""
-    features = []
-    if declared or step.use_tools() or exposed_order(type(step)) or group_handlers(type(step)):
-        features.append("tools")
-    if step.struct_output_schema() is not None:
-        features.append("struct_output_schema()")
-    if features:
-        raise PicoFlowError(
-            f"Step '{step.id}' answers without a chat model and cannot use {' or '.join(features)}: "
-            "use a regular Step when a model must generate text or call tools."
-        )
-
-
-def offered_tool_names(step: Any) -> list[str]:
-    """The flow-registry tools ``step`` offers its model: ``use_tools()`` then its ``@tool`` handlers.
-
-    MCP tools are described by their servers, not by the flow's registry: they are offered separately.
-    """
-    names = list(step.use_tools())
-    for name in exposed_order(type(step)):
-        if name not in names:
-            names.append(name)
-    mcp_names = {name for offer in step.use_mcp_tools() for name in offer.tools}
-    return [name for name in names if name not in mcp_names] if mcp_names else names
-
-
-def tool_handler(step: Any, name: str) -> Any:
-    """The bound handler of one tool on ``step``: its ``@tool`` method first, then a same-named method, else None."""
-    method = decorated_tools(type(step)).get(name)
-    if method is not None:
-        return getattr(step, method)
-    candidate = getattr(step, name, None)
-    return candidate if callable(candidate) and not name.startswith("_") else None
-
-
-def group_handler(step: Any, names: set[str]) -> Any:
-    """The ``@tools`` group handler of ``step`` that handles exactly ``names``, else None."""
-    method = group_handlers(type(step)).get(frozenset(names))
-    return getattr(step, method) if method else None

@@ -170,7 +170,10 @@ class FlowEngine:
         if deadline is not None and deadline <= time.monotonic():
             # No time left (a late invocation, a long wait for the session lock): no store call for nothing.
             raise TurnDeadlineError("The turn has no time left before its deadline; please retry.")
-        flow = await self._build_flow(turn)
+        try:
+            flow = await loop.prepare_flow(self._flows[turn.flow_name], turn.config, self.providers)
+        except Exception as exc:  # noqa: BLE001 - a flow that cannot be built answers, it never raises
+            raise lifecycle.defect(exc, "FLOW_SETUP_FAILED", FlowSetupError) from exc
         opened = await lifecycle.open_session(self.session_store, flow, turn)
         if isinstance(opened, RunResponse):
             return opened
@@ -178,13 +181,7 @@ class FlowEngine:
         tokens_before = doc.tokens.model_copy()
         try:
             flow.run_context.bind(doc, self._services(flow), TurnFiles(self.file_store, turn.files, turn.file_data))
-            await loop.enter_turn(flow)
-            if flow.is_batch():
-                await lifecycle.save(self.session_store, flow, self.providers)
-            message = await bounded_turn(loop.run_turn(flow, turn.message))
-            current = flow.get_current_step()
-            response = RunResponse(success=True, completed=current.is_end(), message=message, session=doc.id,
-                                   content_type=current.content_type, request_id=turn.request_id)
+            response = await bounded_turn(loop.answer_turn(flow, turn.message, turn.request_id))
         except _UNTOUCHED_ERRORS as exc:
             # Every save moves the revision: a restore hook's migration, a batch flow's or a checkpoint's save.
             saved = doc.stored and doc.revision != found_revision
@@ -196,21 +193,6 @@ class FlowEngine:
         if response.success:
             response.tokens = _usage_since(tokens_before, doc.tokens)
         return response
-
-    async def _build_flow(self, turn: TurnRequest) -> Flow:
-        try:
-            flow = self._flows[turn.flow_name]()
-            if turn.config is not None:
-                flow.add_context({"config": turn.config})
-            await flow.init()
-            flow.run_context.collect(flow)
-            self.providers.validate(flow.model_selection())
-            for step in flow.get_steps():
-                if not step.is_logic():
-                    self.providers.validate(step.model_selection())
-        except Exception as exc:  # noqa: BLE001 - a flow that cannot be built answers, it never raises
-            raise lifecycle.defect(exc, "FLOW_SETUP_FAILED", FlowSetupError) from exc
-        return flow
 
     def _services(self, flow: Flow) -> TurnServices:
         async def save() -> None:

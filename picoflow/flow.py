@@ -20,8 +20,7 @@ from picoflow.logger import SessionLogger
 from picoflow.mcp import M, MCPServerSpec, call_tool, find_server
 from picoflow.models.registry import ModelSelection
 from picoflow.session.document import SESSION_DOC_VERSION, SequenceItem, SessionDoc
-from picoflow.step import Step, TerminateSessionStep
-from picoflow.tools import ToolSpec
+from picoflow.step import Step, TerminateSessionStep, ToolSpec
 
 if TYPE_CHECKING:
     from picoflow.batch import BatchInvoker

@@ -600,14 +600,12 @@ def find_server(servers: Sequence[MCPServerSpec], name: str, owner: str) -> MCPS
     raise PicoFlowError(f"MCP server '{name}' is not declared by flow '{owner}' (see define_mcp_servers()).")
 
 
-async def offered_tools(step: Any) -> dict[str, OfferedTool]:
-    """The server tools ``step`` offers the model, by name, with the servers' schemas (connects lazily)."""
-    offers: Sequence[MCPTools] = step.use_mcp_tools()
-    if not offers:
-        return {}
+async def offered_tools(flow: Any, step_id: str, offers: Sequence[MCPTools]) -> dict[str, OfferedTool]:
+    """The server tools a step offers the model (its ``use_mcp_tools()``), by name, with the servers' schemas
+    (connects lazily)."""
     offered: dict[str, OfferedTool] = {}
     for offer in offers:
-        spec = step.flow.mcp_server(offer.server)
+        spec = flow.mcp_server(offer.server)
         listed = await list_tools(spec)
         names = list(listed) if offer.all_tools else list(offer.tools)
         for name in names:
@@ -617,7 +615,7 @@ async def offered_tools(step: Any) -> dict[str, OfferedTool]:
                                     extra={"mcpServer": spec.name, "mcpTool": name})
                 raise MCPUnavailableError(spec.name, name, "unknown_tool")
             if name in offered:
-                raise PicoFlowError(f"Step '{step.id}' offers the MCP tool '{name}' from two servers.")
+                raise PicoFlowError(f"Step '{step_id}' offers the MCP tool '{name}' from two servers.")
             offered[name] = OfferedTool(spec, offer, name, listing.description or name, dict(listing.input_schema))
     return offered
 

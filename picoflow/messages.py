@@ -310,6 +310,20 @@ def _same_as_validated() -> bool:
     return True
 
 
+TURN_NOTES_HEADING = "[Notes from the application for this turn, not written by the user]"
+
+
+class TurnNotesMessage(HumanMessage):
+    """Per-turn data sent after the conversation, outside the cached prefix; never stored in memory.
+
+    It travels as a user-side message (the one role every provider accepts at the end of a request),
+    headed so that the model does not take it for the user's words.
+    """
+
+    def __init__(self, notes: str, **kwargs: Any) -> None:
+        super().__init__(content=f"{TURN_NOTES_HEADING}\n{notes}", **kwargs)
+
+
 SUMMARY_MESSAGE_PREFIX = "Summary of the earlier conversation in this step (older messages were condensed into it):"
 
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from picoflow.context import offered_tool_names, step_name, tool_handler
+from picoflow.context import step_name
 from picoflow.decision_step import DecisionStep, check_decision_setup
 from picoflow.errors import PicoFlowError
 from picoflow.flow import Flow
 from picoflow.models.registry import ProviderRegistry
 from picoflow.protocols import ProviderSet
-from picoflow.step import Step
-from picoflow.tools import group_handlers
+from picoflow.step import Step, collect_steps, group_handlers, offered_tool_names, tool_handler
 
 
 def check_flow_configuration(flow_cls: type[Flow], services: ProviderSet) -> None:
@@ -29,7 +28,7 @@ def check_flow_configuration(flow_cls: type[Flow], services: ProviderSet) -> Non
     """
     try:
         flow = flow_cls()
-        flow.run_context.collect(flow)
+        collect_steps(flow)
     except PicoFlowError as exc:
         raise PicoFlowError(f"Flow '{flow_cls.id}' cannot be registered: {exc.message}") from exc
     except NotImplementedError as exc:

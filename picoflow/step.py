@@ -3,15 +3,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import hashlib
-from collections.abc import Mapping
+import inspect
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.messages import BaseMessage
-from pydantic import BaseModel
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, ValidationError
 
 from picoflow.context import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path, step_name
 from picoflow.errors import PicoFlowError
@@ -20,7 +26,7 @@ from picoflow.models.registry import ModelSelection
 from picoflow.protocols import FlowLike, Named, Worker
 from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
 from picoflow.session.document import format_timestamp, validate_namespace
-from picoflow.tools import InvalidToolArguments, ToolSpec, handled_tool_call, handling_step, typed_tool_specs
+from picoflow.validation import validation_problems
 from picoflow.wire import PLAIN_TEXT
 
 if TYPE_CHECKING:
@@ -37,6 +43,345 @@ if TYPE_CHECKING:
         StateChannel,
     )
 
+
+
+# -- tools --------------------------------------------------------------------------------------
+
+_TOOL_ATTR = "__picoflow_tool__"
+_GROUP_ATTR = "__picoflow_tools__"
+
+# The step whose tool handler runs in this task (stay() and direct() need it) and the individual call it
+# handles (None inside a group handler).
+_handling_step: contextvars.ContextVar[Named | None] = contextvars.ContextVar("picoflow_handling_step", default=None)
+_handled_call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "picoflow_handled_tool_call", default=None
+)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call: its name, a description, and a pydantic model for its arguments."""
+
+    name: str
+    description: str
+    schema: type[BaseModel]
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.strip():
+            raise PicoFlowError("A tool needs a non-empty name.")
+        if not (isinstance(self.schema, type) and issubclass(self.schema, BaseModel)):
+            raise PicoFlowError(f"Tool '{self.name}' needs a pydantic model class as its schema.")
+
+    def as_model_tool(self) -> dict[str, Any]:
+        """The OpenAI-style function description handed to ``bind_tools``: LangChain's conversion of the schema,
+        under this tool's name and description."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": _parameters_schema(self.schema),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class InvalidToolArguments:
+    """A tool call whose arguments failed the tool's schema, as ``Step.on_invalid_tool_arguments`` receives it."""
+
+    #: The tool the model called.
+    name: str
+    #: The arguments as the model sent them (never logged by the framework).
+    args: dict[str, Any]
+    #: The schema's verdict.
+    error: ValidationError
+
+    @property
+    def problems(self) -> str:
+        """Each problem as ``field: what is wrong``, joined with ``; ``."""
+        return validation_problems(self.error, "arguments")
+
+    def default_feedback(self) -> str:
+        """The tool result the model gets when the step gives no feedback of its own."""
+        return (
+            f"Invalid arguments for tool '{self.name}': {self.problems}. "
+            "Call the tool again with corrected arguments."
+        )
+
+
+class NoArguments(BaseModel):
+    """The schema of a tool whose handler takes no arguments (``async def show_table(self)``)."""
+
+
+@dataclass(frozen=True)
+class ToolDeclaration:
+    """One declaration of a tool, as the flow collects them: the spec, who declared it, and how."""
+
+    spec: ToolSpec
+    #: Who declared it, for error messages: ``step 'ExploreStep'`` or ``the flow's define_tools()``.
+    source: str
+    #: Declared by a ``@tool`` handler's signature rather than by a ``ToolSpec`` written out.
+    derived: bool = False
+
+
+def tool_registry(declarations: Iterable[ToolDeclaration], flow_id: str) -> dict[str, ToolSpec]:
+    """The flow-wide tool registry: one spec per name, or an error naming both declarations of a clash.
+
+    A typed handler's declaration gives way to another of the same name that has its schema (so a base step's
+    typed tool inherited by two registered subclasses is one tool, and a handler annotated with
+    ``TerminateSessionStep.TerminateArgs`` reuses that step's definition); a handler taking no arguments gives
+    way to any other. Two ``ToolSpec``s written out with one name are a clash, as are two schemas.
+    """
+    chosen: dict[str, ToolDeclaration] = {}
+    for declaration in declarations:
+        name = declaration.spec.name
+        held = chosen.get(name)
+        if held is None or (_gives_way(held, declaration) and not _gives_way(declaration, held)):
+            chosen[name] = declaration
+        elif not _gives_way(declaration, held):
+            raise PicoFlowError(_duplicate_message(name, flow_id, held, declaration))
+    return {name: declaration.spec for name, declaration in chosen.items()}
+
+
+def _gives_way(declaration: ToolDeclaration, other: ToolDeclaration) -> bool:
+    """Whether ``declaration``, made by a handler's signature, yields to ``other`` of the same name."""
+    schema = declaration.spec.schema
+    return declaration.derived and (schema is NoArguments or schema is other.spec.schema)
+
+
+def _duplicate_message(name: str, flow_id: str, held: ToolDeclaration, clash: ToolDeclaration) -> str:
+    return (
+        f"Duplicate tool '{name}' registered in flow '{flow_id}': declared by {held.source} (schema "
+        f"{held.spec.schema.__name__}) and by {clash.source} (schema {clash.spec.schema.__name__}). Declare the "
+        "tool once (in Flow.define_tools() or on a base step the handling steps share) and annotate every "
+        "handler with that schema (or let it take no arguments), or rename one of the tools."
+    )
+
+
+@lru_cache(maxsize=512)
+def _parameters_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    # Converting a model is slow and the model class never changes, so convert it once per class.
+    return convert_to_openai_tool(schema)["function"]["parameters"]
+
+
+def tool(arg: Callable | str | None = None) -> Any:
+    """Expose and handle a tool: bare ``@tool`` uses the method name, ``@tool("name")`` an explicit one."""
+
+    def mark(func: Callable, name: str) -> Callable:
+        if not callable(func) or isinstance(func, (staticmethod, classmethod)):
+            raise PicoFlowError("@tool can only decorate Step instance methods.")
+        setattr(func, _TOOL_ATTR, name)
+        return func
+
+    if callable(arg):
+        return mark(arg, arg.__name__)
+    if arg is not None and (not isinstance(arg, str) or not arg.strip()):
+        raise PicoFlowError("@tool requires a non-empty tool name.")
+    return lambda func: mark(func, arg.strip() if arg else func.__name__)
+
+
+def tools(names: Iterable[str]) -> Callable[[Callable], Callable]:
+    """Handle one exact set of tool names returned together; the handler receives the list of calls."""
+    if isinstance(names, str) or not names:
+        raise PicoFlowError("@tools requires at least one tool name.")
+    names = list(names)
+    if any(not isinstance(n, str) or not n.strip() for n in names):
+        raise PicoFlowError("@tools requires non-empty tool names.")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise PicoFlowError(f"@tools cannot declare tool '{name}' more than once.")
+        seen.add(name)
+
+    def mark(func: Callable) -> Callable:
+        if not callable(func) or isinstance(func, (staticmethod, classmethod)):
+            raise PicoFlowError("@tools can only decorate Step instance methods.")
+        setattr(func, _GROUP_ATTR, frozenset(names))
+        return func
+
+    return mark
+
+
+@lru_cache(maxsize=1024)
+def decorated_tools(cls: type) -> dict[str, str]:
+    """Tool name -> method name for every ``@tool`` on ``cls``, the nearest class winning (cached: read-only)."""
+    found: dict[str, str] = {}
+    for klass in cls.__mro__:
+        claimed: dict[str, str] = {}
+        for attr, value in vars(klass).items():
+            name = getattr(value, _TOOL_ATTR, None)
+            if name is None:
+                continue
+            if name in claimed:
+                raise PicoFlowError(f"Tool '{name}' is already handled by method '{claimed[name]}'.")
+            claimed[name] = attr
+        for name, attr in claimed.items():
+            found.setdefault(name, attr)
+    return found
+
+
+@lru_cache(maxsize=1024)
+def exposed_order(cls: type) -> tuple[str, ...]:
+    """Decorated tool names, base classes first, so a subclass adds to what its parent exposed."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for value in vars(klass).values():
+            name = getattr(value, _TOOL_ATTR, None)
+            if name is not None and name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+@lru_cache(maxsize=1024)
+def group_handlers(cls: type) -> dict[frozenset[str], str]:
+    """Name set -> method name for every ``@tools`` handler on ``cls``, the nearest class winning."""
+    found: dict[frozenset[str], str] = {}
+    for klass in cls.__mro__:
+        for attr, value in vars(klass).items():
+            names = getattr(value, _GROUP_ATTR, None)
+            if names is not None:
+                found.setdefault(names, attr)
+    return found
+
+
+def _parameters(func: Callable) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
+
+
+@lru_cache(maxsize=1024)
+def argument_model(func: Callable) -> type[BaseModel] | None:
+    """The pydantic model a typed handler's argument is annotated with (``args: Model``), else None."""
+    try:
+        hints = typing.get_type_hints(func)
+    except (NameError, TypeError):
+        return None
+    parameters = _parameters(func)
+    if not parameters:
+        return None
+    hint = hints.get(parameters[0].name)
+    return hint if isinstance(hint, type) and issubclass(hint, BaseModel) else None
+
+
+@lru_cache(maxsize=1024)
+def takes_no_arguments(func: Callable) -> bool:
+    """Whether a handler (the plain function, not a bound method) takes nothing but ``self``."""
+    return not _parameters(func)
+
+
+@lru_cache(maxsize=1024)
+def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
+    """A ``ToolSpec`` for every ``@tool`` handler of ``cls`` whose argument is annotated with a pydantic model,
+    or that takes no arguments at all (its schema is then the empty ``NoArguments``).
+
+    The name is the tool's, the description the handler's docstring (first paragraph), the schema the annotation:
+    such a tool is declared once, by its handler.
+    """
+    specs = []
+    for name, attr in decorated_tools(cls).items():
+        func = getattr(cls, attr)
+        schema = argument_model(func) or (NoArguments if takes_no_arguments(func) else None)
+        if schema is None:
+            continue
+        doc = inspect.getdoc(func) or ""
+        description = doc.split("\n\n", 1)[0].replace("\n", " ").strip() or name.replace("_", " ")
+        specs.append(ToolSpec(name=name, description=description, schema=schema))
+    return tuple(specs)
+
+
+@contextlib.contextmanager
+def handling(step: Named, call: dict[str, Any] | None) -> Iterator[None]:
+    """Mark a handler of ``step`` (a tool handler for ``call`` when it handles a single one, or a decision hook)
+    as running in the block: ``stay()`` and ``direct()`` answer for that step."""
+    step_token = _handling_step.set(step)
+    call_token = _handled_call.set(call)
+    try:
+        yield
+    finally:
+        _handled_call.reset(call_token)
+        _handling_step.reset(step_token)
+
+
+def handling_step() -> Named | None:
+    """The step whose tool handler is running in this task, if any."""
+    return _handling_step.get()
+
+
+def handled_tool_call() -> dict[str, Any] | None:
+    """The tool call whose individual handler is running, if any."""
+    return _handled_call.get()
+
+
+def collect_steps(flow: Any) -> None:
+    """Register ``flow``'s steps and its flow-wide tool registry in its run context (ids and tool names checked)."""
+    context = flow.run_context
+    steps: dict[str, Any] = {}
+    for step in flow.define_steps():
+        if step.id in steps:
+            raise PicoFlowError(
+                f"Step '{step.id}' is registered twice in flow '{flow.id}': register it once in define_steps(), "
+                "or subclass it (with its own id) for a second role."
+            )
+        steps[step.id] = step
+    if not steps:
+        raise PicoFlowError(f"Flow '{flow.id}' defines no steps: return at least one step from define_steps().")
+    context.steps = steps
+    declarations = [ToolDeclaration(spec, "the flow's define_tools()") for spec in flow.define_tools()]
+    for step in steps.values():
+        derived = set(typed_tool_specs(type(step)))
+        source = f"step '{step.id}'"
+        declarations += [ToolDeclaration(spec, source, spec in derived) for spec in step.define_tools()]
+    context.tools = tool_registry(declarations, flow.id)
+    for step in steps.values():
+        if not step.calls_chat_model:
+            _refuse_chat_features(step, [d for d in declarations if d.source == f"step '{step.id}'"])
+        for name in offered_tool_names(step):
+            if name not in context.tools:
+                raise PicoFlowError(
+                    f"Tool '{name}' is not defined in flow '{flow.id}': step '{step.id}' offers it. Define it "
+                    "with a typed @tool handler or a ToolSpec in define_tools(), or stop offering it."
+                )
+
+
+def _refuse_chat_features(step: Any, declared: list[Any]) -> None:
+    """Refuse tools and structured output on a step that answers without a chat model (a decision step)."""
+    features = []
+    if declared or step.use_tools() or exposed_order(type(step)) or group_handlers(type(step)):
+        features.append("tools")
+    if step.struct_output_schema() is not None:
+        features.append("struct_output_schema()")
+    if features:
+        raise PicoFlowError(
+            f"Step '{step.id}' answers without a chat model and cannot use {' or '.join(features)}: "
+            "use a regular Step when a model must generate text or call tools."
+        )
+
+
+def offered_tool_names(step: Any) -> list[str]:
+    """The flow-registry tools ``step`` offers its model: ``use_tools()`` then its ``@tool`` handlers.
+
+    MCP tools are described by their servers, not by the flow's registry: they are offered separately.
+    """
+    names = list(step.use_tools())
+    for name in exposed_order(type(step)):
+        if name not in names:
+            names.append(name)
+    mcp_names = {name for offer in step.use_mcp_tools() for name in offer.tools}
+    return [name for name in names if name not in mcp_names] if mcp_names else names
+
+
+def tool_handler(step: Any, name: str) -> Any:
+    """The bound handler of one tool on ``step``: its ``@tool`` method first, then a same-named method, else None."""
+    method = decorated_tools(type(step)).get(name)
+    if method is not None:
+        return getattr(step, method)
+    candidate = getattr(step, name, None)
+    return candidate if callable(candidate) and not name.startswith("_") else None
+
+
+def group_handler(step: Any, names: set[str]) -> Any:
+    """The ``@tools`` group handler of ``step`` that handles exactly ``names``, else None."""
+    method = group_handlers(type(step)).get(frozenset(names))
+    return getattr(step, method) if method else None
 
 
 # -- transitions --------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from picoflow import Flow, ModelSelection, Step, ToolSpec, go, load_prompt, prom
 from picoflow.decision import DEFAULT_DECISION_MAX_RETRIES, DEFAULT_DECISION_TIMEOUT_MS, DecisionConfig
 from picoflow.messages import SUMMARY_MESSAGE_PREFIX, HumanMessageEx
 from picoflow.session.document import ModelSelectionDoc
+from picoflow.step import collect_steps
 from tests.support.engine import call, scripted_engine, text
 
 # -- 1. a step's use_model(...) inherits the flow's retry_attempts -------------------------------------------
@@ -66,7 +67,7 @@ async def test_a_step_override_that_sets_retry_attempts_keeps_its_own_budget():
 def test_the_effective_step_selection_takes_the_flow_budget_unless_it_names_its_own():
     def effective(step_selection: ModelSelection | dict[str, Any], flow_attempts: int | None) -> ModelSelection:
         flow = flow_with(step_selection, flow_attempts)()
-        flow.run_context.collect(flow)
+        collect_steps(flow)
         return flow.require_step(PlainStep).model_selection()
 
     assert effective(OTHER, 5).retry_attempts == 5
@@ -77,7 +78,7 @@ def test_the_effective_step_selection_takes_the_flow_budget_unless_it_names_its_
 
 def test_a_stored_step_selection_without_an_attempt_budget_inherits_the_flow_one():
     flow = flow_with(None, 2)()
-    flow.run_context.collect(flow)
+    collect_steps(flow)
     step = flow.require_step(PlainStep)
     # A session that stored the step's own model, as loading its document records it.
     stored = ModelSelectionDoc(provider="scripted", name="other")
@@ -134,7 +135,7 @@ class ErasingFlow(Flow):
 
 def test_erase_memory_clears_the_messages_but_keeps_the_summary():
     flow = ErasingFlow()
-    flow.run_context.collect(flow)
+    collect_steps(flow)
     step = flow.require_step(ErasingStep)
     space = flow.get_memory().namespace("desk")
     space.summary, space.summarized_through_id = "earlier facts", "IntakeStep|x|1"

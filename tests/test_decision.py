@@ -45,6 +45,7 @@ from picoflow.messages import AiMessageEx, HumanMessageEx
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.document import SessionDoc, TokenUsage
+from picoflow.step import collect_steps
 from picoflow.stores import MemorySessionStore
 from tests.support.engine import call, scripted_engine, text
 
@@ -367,7 +368,7 @@ async def test_flow_get_conversation_reads_a_namespace_without_creating_it():
     engine, _ = decision_engine([SupportFlow], ScriptedDecisionProvider([answers()]))
     response = await engine.run("SupportFlow", "Deploys are failing")
     flow = SupportFlow()
-    flow.run_context.collect(flow)
+    collect_steps(flow)
     flow.run_context.bind(await engine.session_store.load(response.session))
 
     assert flow.get_conversation("IntakeStep").request == "Deploys are failing"
@@ -379,7 +380,7 @@ async def test_flow_get_conversation_serialises_and_renders_as_the_original_json
     engine, _ = decision_engine([SupportFlow], ScriptedDecisionProvider([answers()]))
     first = await engine.run("SupportFlow", "Deploys are failing")
     flow = SupportFlow()
-    flow.run_context.collect(flow)
+    collect_steps(flow)
     flow.run_context.bind(await engine.session_store.load(first.session))
     flow.get_memory().namespace("IntakeStep").messages.append(HumanMessageEx("IntakeStep", "Since this morning"))
 
@@ -732,7 +733,7 @@ async def test_a_timed_out_attempt_is_retried_and_providers_may_classify_their_e
 
 def collected(flow_cls: type[Flow]) -> Flow:
     flow = flow_cls()
-    flow.run_context.collect(flow)
+    collect_steps(flow)
     return flow
 
 

@@ -20,8 +20,7 @@ from flows.hotel.steps import ExploreStep
 from picoflow import FlowEngine
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.messages import SUMMARY_MESSAGE_PREFIX, message_step
-from picoflow.models.caching import TurnNotesMessage
+from picoflow.messages import SUMMARY_MESSAGE_PREFIX, TurnNotesMessage, message_step
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.stores import MemorySessionStore

@@ -33,6 +33,7 @@ from picoflow.mcp import (
     offered_tools,
 )
 from picoflow.models.scripted import ScriptedProvider
+from picoflow.step import collect_steps
 from picoflow.stores import MemorySessionStore
 from tests.support.dynamodb_local import REGION
 from tests.support.mcp_flow import McpFlow, server_spec
@@ -84,8 +85,9 @@ async def stored(engine_: FlowEngine, session: str) -> dict[str, Any]:
 
 async def test_a_step_offers_its_allowlist_with_the_servers_schemas(transport: str) -> None:
     flow = McpFlow()
-    flow.run_context.collect(flow)
-    offered = await offered_tools(flow.get_step("OfferStep"))
+    collect_steps(flow)
+    step = flow.get_step("OfferStep")
+    offered = await offered_tools(flow, step.id, step.use_mcp_tools())
     assert sorted(offered) == ["add", "big", "fail", "slow"]
     described = offered["add"].as_model_tool()["function"]
     assert described["description"] == "Add two integers."

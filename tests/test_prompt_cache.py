@@ -13,9 +13,9 @@ from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, Transition, stay, tool
 from picoflow.errors import PicoFlowError
+from picoflow.messages import TURN_NOTES_HEADING, TurnNotesMessage
 from picoflow.models.anthropic import AnthropicProvider
 from picoflow.models.bedrock import BedrockProvider
-from picoflow.models.caching import TURN_NOTES_HEADING, TurnNotesMessage
 from picoflow.models.openai import OpenAIProvider
 from picoflow.models.registry import ProviderRegistry
 from picoflow.stores import MemorySessionStore

@@ -9,6 +9,7 @@ from picoflow.context import deep_merge, read_path
 from picoflow.errors import PicoFlowError
 from picoflow.session.document import new_document
 from picoflow.session.lifecycle import new_flow_doc
+from picoflow.step import collect_steps
 
 
 class OwnerStep(Step):
@@ -30,7 +31,7 @@ class StateFlow(Flow):
 @pytest.fixture
 def flow() -> StateFlow:
     flow = StateFlow()
-    flow.run_context.collect(flow)
+    collect_steps(flow)
     # A turn's context: a fresh session document bound to the flow.
     flow.run_context.bind(new_document(new_flow_doc(flow)))
     return flow

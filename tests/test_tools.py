@@ -6,8 +6,8 @@ import pytest
 from pydantic import BaseModel
 
 from picoflow import Flow, ModelSelection, Step, ToolSpec, go, tool, tools
-from picoflow.context import group_handler, offered_tool_names, tool_handler
 from picoflow.errors import PicoFlowError
+from picoflow.step import collect_steps, group_handler, offered_tool_names, tool_handler
 
 
 class Args(BaseModel):
@@ -63,7 +63,7 @@ class ToolFlow(Flow):
 
 def make_flow(cls: type[Flow] = ToolFlow) -> Flow:
     flow = cls()
-    flow.run_context.collect(flow)
+    collect_steps(flow)
     return flow
 
 
@@ -128,7 +128,7 @@ def test_decorator_misuse_is_reported():
             @tool("x")
             async def two(self, args: dict) -> None: ...
 
-        from picoflow.tools import decorated_tools
+        from picoflow.step import decorated_tools
 
         decorated_tools(Twice)
 

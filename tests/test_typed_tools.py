@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep, ToolSpec, direct, go, stay, tool, tools
 from picoflow.errors import PicoFlowError
-from picoflow.tools import InvalidToolArguments, typed_tool_specs
+from picoflow.step import InvalidToolArguments, collect_steps, typed_tool_specs
 from tests.support.engine import call, scripted_engine, text
 
 
@@ -177,7 +177,7 @@ async def test_typed_terminate_session_handlers_reuse_the_terminal_steps_definit
     assert response.success and response.completed and response.message == "Goodbye!"
     assert model.tools == [["terminate_session"], ["terminate_session"]]
     flow = EndingFlow()
-    flow.run_context.collect(flow)
+    collect_steps(flow)
     assert flow.get_tool("terminate_session") == TerminateSessionStep(flow).define_tools()[-1]
 
 
@@ -197,7 +197,7 @@ def test_two_schemas_for_one_tool_name_are_still_a_duplicate_with_a_hint():
 
     flow = ClashFlow()
     with pytest.raises(PicoFlowError) as raised:
-        flow.run_context.collect(flow)
+        collect_steps(flow)
     assert str(raised.value) == (
         "Duplicate tool 'pick_option' registered in flow 'ClashFlow': declared by step 'PlanChoiceStep' (schema "
         "PickArgs) and by step 'NumberChoiceStep' (schema OtherPickArgs). Declare the tool once (in "
@@ -240,7 +240,7 @@ async def test_a_tool_without_arguments_is_declared_offered_and_called():
     assert first.success and first.message.startswith("| plan | price |")
     assert model.tools[0] == ["show_table", "terminate_session"]
     flow = TableFlow()
-    flow.run_context.collect(flow)
+    collect_steps(flow)
     parameters = flow.get_tool("show_table").as_model_tool()["function"]["parameters"]
     assert (parameters["type"], parameters["properties"]) == ("object", {})
     # A handler without arguments also handles a tool defined elsewhere with arguments: it ignores them.

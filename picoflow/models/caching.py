@@ -18,26 +18,15 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from picoflow.errors import PicoFlowError
+from picoflow.messages import TurnNotesMessage
 
 PROMPT_CACHE_PARAM = "prompt_cache"
 """The selection parameter of the ``anthropic`` and ``bedrock`` providers that turns cache points off
 (``params={"prompt_cache": False}``); they are on by default."""
 
-TURN_NOTES_HEADING = "[Notes from the application for this turn, not written by the user]"
 
 ANTHROPIC_CACHE_CONTROL = {"type": "ephemeral"}
 BEDROCK_CACHE_POINT = {"cachePoint": {"type": "default"}}
-
-
-class TurnNotesMessage(HumanMessage):
-    """Per-turn data sent after the conversation, outside the cached prefix; never stored in memory.
-
-    It travels as a user-side message (the one role every provider accepts at the end of a request),
-    headed so that the model does not take it for the user's words.
-    """
-
-    def __init__(self, notes: str, **kwargs: Any) -> None:
-        super().__init__(content=f"{TURN_NOTES_HEADING}\n{notes}", **kwargs)
 
 
 def check_prompt_cache(label: str, params: Mapping[str, Any]) -> None:

@@ -29,8 +29,7 @@ from picoflow.errors import DecisionValidationError, ParallelCancelledError, Pic
 from picoflow.logger import library_log
 from picoflow.recovery import is_transient_error
 from picoflow.session.document import DecisionUsage, SessionDoc, TokenUsage
-from picoflow.step import Transition, as_transition
-from picoflow.tools import handling
+from picoflow.step import Transition, as_transition, handling
 
 
 async def decide(step: DecisionStep) -> Transition:

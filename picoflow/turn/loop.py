@@ -23,11 +23,8 @@ from picoflow.context import (
     cancellation_signal,
     ensure_top_level,
     execution_frames,
-    group_handler,
     model_call_for,
-    offered_tool_names,
     time_left,
-    tool_handler,
 )
 from picoflow.errors import LlmBlockedError, ModelUnavailableError, ParallelCancelledError, PicoFlowError
 from picoflow.files.reader import with_file_parts
@@ -40,6 +37,7 @@ from picoflow.messages import (
     AiMessageEx,
     HumanMessageEx,
     ToolMessageEx,
+    TurnNotesMessage,
     add_usage,
     as_text,
     content_text,
@@ -47,8 +45,7 @@ from picoflow.messages import (
     is_direct,
     summary_system_message,
 )
-from picoflow.models.caching import TurnNotesMessage
-from picoflow.models.registry import ModelSelection
+from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.recovery import (
     LlmAttemptErrorContext,
     LlmBlockedContext,
@@ -58,8 +55,22 @@ from picoflow.recovery import (
     StopReason,
     is_transient_error,
 )
-from picoflow.step import TOOL_VALIDATED, DirectResult, Step, Transition, as_transition
-from picoflow.tools import InvalidToolArguments, argument_model, handling, takes_no_arguments
+from picoflow.results import RunResponse
+from picoflow.step import (
+    TOOL_VALIDATED,
+    DirectResult,
+    InvalidToolArguments,
+    Step,
+    Transition,
+    argument_model,
+    as_transition,
+    collect_steps,
+    group_handler,
+    handling,
+    offered_tool_names,
+    takes_no_arguments,
+    tool_handler,
+)
 
 MAX_HOPS_PER_TURN = 64
 # finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
@@ -75,16 +86,38 @@ BLOCKED_FINISH_REASONS = frozenset({"content_filter", "safety", "prohibited_cont
 BLOCKED_ERROR_CODES = frozenset({"content_filter", "content_policy_violation"})
 
 
-async def enter_turn(flow: Flow) -> None:
-    """Open the turn on the current step: ``on_start`` for a new session (its opener joins the history), else
-    ``on_restore``."""
+async def prepare_flow(flow_cls: type[Flow], config: dict[str, Any] | None, providers: ProviderRegistry) -> Flow:
+    """A new ``flow_cls`` for one turn: the request config in its context, ``init()`` run, its steps collected and
+    every model it would call checked against ``providers``."""
+    flow = flow_cls()
+    if config is not None:
+        flow.add_context({"config": config})
+    await flow.init()
+    collect_steps(flow)
+    providers.validate(flow.model_selection())
+    for step in flow.get_steps():
+        if not step.is_logic():
+            providers.validate(step.model_selection())
+    return flow
+
+
+async def answer_turn(flow: Flow, user_message: str | None, request_id: str) -> RunResponse:
+    """Run one turn of a bound flow and answer it: the current step opens the turn (``on_start`` for a new session,
+    its opener joining the history, else ``on_restore``), a batch flow saves first, then the steps run."""
+    context = flow.run_context
     step = flow.get_current_step()
-    if flow.run_context.require_doc().revision == 0:
+    if context.require_doc().revision == 0:
         opener = await step.on_start()
         if opener is not None:
             step.get_memory().append(opener)
     else:
         await step.on_restore()
+    if flow.is_batch():
+        await context.require_services().save()
+    message = await run_turn(flow, user_message)
+    current = flow.get_current_step()
+    return RunResponse(success=True, completed=current.is_end(), message=message, session=context.require_doc().id,
+                       content_type=current.content_type, request_id=request_id)
 
 
 async def run_turn(flow: Flow, user_message: str | None) -> Any:
@@ -313,7 +346,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
         return outcome
 
     exposed = set(offered_tool_names(step))
-    offered = await offered_tools(step)
+    offered = await _offered_mcp_tools(step)
     for call in calls:
         name = call["name"]
         if name in offered:
@@ -375,6 +408,12 @@ async def _dispatch_offered(flow: Flow, step: Step, call: dict[str, Any], tool: 
     outcome.messages.append(_tool_message(step, call, transition.tool or ran.content))
     if transition.message is not None:
         outcome.extra, outcome.finish = transition.message, transition.finish
+
+
+async def _offered_mcp_tools(step: Step) -> dict[str, OfferedTool]:
+    """The MCP server tools ``step`` offers, by name; a step offering none never reaches the MCP client."""
+    offers = step.use_mcp_tools()
+    return await offered_tools(step.flow, step.id, offers) if offers else {}
 
 
 def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult:
@@ -555,7 +594,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
     specs = [flow.run_context.require_tool(name, flow.id) for name in offered_tool_names(step)]
     schema = step.struct_output_schema()
     # Tools offered from MCP servers come with their servers' schemas (listed when first needed).
-    offered = [] if schema is not None else [tool.as_model_tool() for tool in (await offered_tools(step)).values()]
+    offered = [] if schema is not None else [tool.as_model_tool() for tool in (await _offered_mcp_tools(step)).values()]
     if schema is not None:
         runnable = model.with_structured_output(schema, include_raw=True)
     elif specs or offered:
