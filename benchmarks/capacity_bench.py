@@ -205,8 +205,8 @@ def report(sides: list[Side], turns: int) -> str:
         "\nUnits are what DynamoDB Local returned for `ReturnConsumedCapacity=TOTAL` on every request (on-demand "
         "billing: a write unit per 1 KB written, a strongly consistent read unit per 4 KB read). PicoFlow reads its "
         "session with one consistent `GetItem` and saves it with one conditional `PutItem` holding the compressed "
-        "document; a first turn also creates the session (`PutItem` at revision 0) until the engine creates and "
-        "saves in one write. LangGraph's saver writes a checkpoint per graph step and the steps' pending writes, "
+        "document; a new session is created by its first turn's own conditional `PutItem`. LangGraph's saver "
+        "writes a checkpoint per graph step and the steps' pending writes, "
         "and reads the latest checkpoint with a `Query`; its checkpoints hold the whole message history."
     )
     return "\n".join(lines)

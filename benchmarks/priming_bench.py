@@ -128,8 +128,8 @@ def report(samples: dict[str, list[dict[str, object]]], runs: int) -> str:
         f"\n\nAfter priming the first turn costs at most {primed:.2f}x the CPU of a warm turn (goal: at most {GOAL}x: "
         f"{'met' if primed <= GOAL else 'NOT met'}); without priming {ratios['not primed']:.2f}x. Medians of {runs} "
         "fresh processes per container, interleaved; the warm turn is each process's median of turns 4 to 11. A first "
-        "turn also creates its session (one more DynamoDB write than a warm turn, until the engine creates and saves "
-        "in one write). On SnapStart, init runs once per published version and each new container pays only the "
+        "turn writes once, like a warm turn (its conditional write creates the session). On SnapStart, init runs "
+        "once per published version and each new container pays only the "
         "restore: the after-restore hook builds a new engine (new DynamoDB and OpenAI clients, credentials resolved "
         "anew) and reseeds `random`."
     )
