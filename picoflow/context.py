@@ -39,7 +39,6 @@ from picoflow.session.document import (
 if TYPE_CHECKING:
     from picoflow.models.registry import ProviderRegistry
     from picoflow.parallel import CancellationSignal
-    from picoflow.step import ToolSpec
 
 T = TypeVar("T")
 
@@ -435,9 +434,9 @@ class RunContext:
         self.memory = Memory()
         #: The flow context (``get_context``): the request config under ``config`` and what flows add.
         self.values: dict[str, Any] = {}
-        #: Registered steps and the flow-wide tool registry, by name.
+        #: Registered steps and the flow-wide tool registry (``ToolSpec``s), by name.
         self.steps: dict[str, Any] = {}
-        self.tools: dict[str, ToolSpec] = {}
+        self.tools: dict[str, Any] = {}
         #: Each registered step's durable state (and its ``_transient`` part), by step id.
         self.states: dict[str, dict[str, Any]] = {}
         #: Models stored for steps that had their own; a session keeps the models it started with.
@@ -473,7 +472,7 @@ class RunContext:
             raise PicoFlowError("The flow is not running a turn.")
         return self.services
 
-    def require_tool(self, name: str, flow_id: str) -> ToolSpec:
+    def require_tool(self, name: str, flow_id: str) -> Any:
         spec = self.tools.get(name)
         if spec is None:
             raise PicoFlowError(f"Tool '{name}' is not defined in flow '{flow_id}'.")

@@ -1,4 +1,5 @@
-"""Blocking store calls on worker threads: results, errors, context, concurrency and abandoned calls."""
+"""What the stores rely on from ``asyncio.to_thread`` for their blocking calls: results, errors, context,
+concurrency and abandoned calls."""
 
 from __future__ import annotations
 
@@ -6,10 +7,9 @@ import asyncio
 import contextvars
 import threading
 import time
+from asyncio import to_thread as run_blocking
 
 import pytest
-
-from picoflow.threads import run_blocking
 
 marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
 

@@ -6,6 +6,7 @@ Each file is ``<id>.bin`` with its record in ``<id>.json``; ids are generated an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
@@ -18,7 +19,6 @@ from pathlib import Path
 from picoflow.errors import FileStoreError
 from picoflow.files.refs import is_file_id
 from picoflow.files.store import FileRecord, FileStore, UploadTicket
-from picoflow.threads import run_blocking
 
 #: Where ``picoflow serve`` accepts uploads: ``PUT /ai/uploads/<fileId>?expires=...&signature=...``.
 UPLOAD_PATH = "/ai/uploads/"
@@ -53,7 +53,8 @@ class LocalFileStore(FileStore):
 
     async def presign_upload(self, record: FileRecord, expires_in: int) -> UploadTicket:
         expires = int(time.time()) + expires_in
-        await run_blocking(lambda: self._write(self._path(record.id, ".json"), record.model_dump_json(by_alias=True)))
+        description = record.model_dump_json(by_alias=True)
+        await asyncio.to_thread(self._write, self._path(record.id, ".json"), description)
         signature = self._signature(record.id, record.content_type, record.size, expires)
         return UploadTicket(
             file_id=record.id,
@@ -96,7 +97,7 @@ class LocalFileStore(FileStore):
         return record if record is not None and self._path(file_id, ".bin").is_file() else None
 
     async def describe(self, file_id: str) -> FileRecord | None:
-        return await run_blocking(lambda: self._describe(file_id)) if is_file_id(file_id) else None
+        return await asyncio.to_thread(lambda: self._describe(file_id)) if is_file_id(file_id) else None
 
     def _read(self, file_id: str, limit: int) -> bytes | None:
         try:
@@ -108,14 +109,14 @@ class LocalFileStore(FileStore):
             raise FileStoreError(f"Local file store read failed: {type(exc).__name__}") from exc
 
     async def read(self, file_id: str, limit: int) -> bytes | None:
-        return await run_blocking(lambda: self._read(file_id, limit)) if is_file_id(file_id) else None
+        return await asyncio.to_thread(lambda: self._read(file_id, limit)) if is_file_id(file_id) else None
 
     async def put(self, record: FileRecord, data: bytes) -> None:
         def write() -> None:
             self._write(self._path(record.id, ".json"), record.model_dump_json(by_alias=True))
             self._write(self._path(record.id, ".bin"), data)
 
-        await run_blocking(write)
+        await asyncio.to_thread(write)
 
     @staticmethod
     def _write(path: Path, data: str | bytes) -> None:

@@ -6,13 +6,13 @@ Every request goes through boto3's public client API with short timeouts and bot
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from urllib.parse import quote, unquote
 
 from picoflow.errors import FileStoreError
 from picoflow.files.refs import is_file_id
 from picoflow.files.store import FileRecord, FileStore, UploadTicket
-from picoflow.threads import run_blocking
 
 #: Where uploads go in the bucket; the template's lifecycle rule expires this prefix.
 UPLOAD_PREFIX = "uploads/"
@@ -103,7 +103,7 @@ class S3FileStore(FileStore):
             return None
         body = answer["Body"]
         try:
-            return await run_blocking(body.read)
+            return await asyncio.to_thread(body.read)
         finally:
             body.close()
 
@@ -118,7 +118,7 @@ class S3FileStore(FileStore):
 
         send = getattr(self._get_client(), method)
         try:
-            return await run_blocking(lambda: send(**request))
+            return await asyncio.to_thread(lambda: send(**request))
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in _MISSING or code == "InvalidRange":

@@ -37,7 +37,6 @@ from picoflow.session.document import (
     prepare_write,
 )
 from picoflow.session.store import SessionStore
-from picoflow.threads import run_blocking
 
 #: DynamoDB's item size limit; it counts attribute names as well as values.
 MAX_ITEM_BYTES = 400 * 1024
@@ -265,7 +264,7 @@ class DynamoDBSessionStore(SessionStore):
         client = self._get_client()
         send = getattr(client, method)
         try:
-            return await run_blocking(lambda: send(**request))
+            return await asyncio.to_thread(lambda: send(**request))
         except client.exceptions.ConditionalCheckFailedException:
             raise SessionConflictError(session_id) from None
         except ClientError as exc:
