@@ -482,8 +482,8 @@ def report(sides: list[Side], free_sides: list[Side], results: dict[str, dict[st
     exit_ratio = pico["cpu"] / exit_cpu
     framework_ratio = framework / exit_cpu
     verdict = (
-        f"PicoFlow's first turn makes {pico['first_requests']:.0f} requests (the create PutItem and the save "
-        f"PutItem); every later turn one GetItem and one conditional PutItem. Against LangGraph with "
+        f"PicoFlow's first turn makes {pico['first_requests']:.0f} request(s) (its conditional PutItem creates the "
+        f"session); every later turn one GetItem and one conditional PutItem. Against LangGraph with "
         f"`durability=\"exit\"` PicoFlow uses {exit_ratio:.2f}x the CPU per turn, requests and tracing included "
         f"(guard: at most {CPU_GUARD}: {'held' if exit_ratio <= CPU_GUARD else 'BROKEN'}). Its framework CPU per turn "
         f"(everything but the model calls and the two storage requests) is {framework:.2f} ms, "
