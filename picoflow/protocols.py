@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from picoflow.models.registry import ProviderRegistry
-    from picoflow.parallel import ParallelBatchResult, ParallelInvocation
+    from picoflow.parallel import ParallelInvocation
     from picoflow.session.document import SessionDoc
 
 
@@ -77,40 +77,11 @@ class ProviderSet(Protocol):
     decision_providers: Mapping[str, Any]
 
 
-class Runtime(Protocol):
-    """The turn machinery the engine binds onto a flow for one turn; authoring methods delegate to it."""
-
-    #: The session document the turn runs on, never wrapped in a worker's view.
-    doc: SessionDoc
-    providers: ProviderRegistry
-    #: Decision providers (``DecisionProvider``) by the provider name a decision model selection gives.
-    decision_providers: Mapping[str, Any]
-    #: Seconds between attempts of a model or decision call.
-    retry_delay: float
-    #: The turn's files (a ``picoflow.files.reader.TurnFiles``): those attached, and their cached bytes.
-    files: Any
-
-    async def run_model_loop(self, step: Any, user_message: str | None) -> Any:
-        """Drive ``step`` through model calls, tools and transitions until it answers."""
-
-    async def run_child(self, flow: Any, target: Any, user_message: str | None) -> Any:
-        """Run a registered step nested in the executing step's frame and return its output."""
-
-    async def run_steps(self, caller: Any, requests: Sequence[Any], **options: Any) -> ParallelBatchResult:
-        """Run isolated workers concurrently and publish their state at the join."""
-
-    async def decide(self, step: Any) -> Any:
-        """Ask a decision step's provider its questions and return the step's transition."""
-
-    async def checkpoint(self, flow: Any) -> None:
-        """Save the session now, through the engine's save path."""
-
-    async def start_session(self, flow_name: str, message: str | None, config: dict[str, Any]) -> Any:
-        """Run the first turn of a new session in this process and return its ``RunResponse``."""
-
-
 class FlowLike(Named, Protocol):
     """What a step asks of the flow that owns it."""
+
+    #: The running session (``picoflow.context.RunContext``) step accessors read and write through.
+    run_context: Any
 
     def model_selection(self) -> Any: ...
 
@@ -133,9 +104,3 @@ class FlowLike(Named, Protocol):
     def get_session_id(self) -> str: ...
 
     def mark_completed(self) -> None: ...
-
-    def _view(self) -> FlowView:
-        """The view of shared data this task sees."""
-
-    def _turn(self) -> Runtime:
-        """The turn runtime bound for this request."""
