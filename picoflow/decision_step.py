@@ -37,6 +37,7 @@ class DecisionStep(LogicStep):
 
     #: Routed by a decision provider: tools and structured output are refused when the flow collects its steps.
     calls_chat_model: ClassVar[bool] = False
+    worker_configuration: ClassVar[tuple[str, ...]] = (*LogicStep.worker_configuration, "_decision_options")
     #: How many earlier human messages the provider sees as ``priorRequests``.
     max_prior_requests: ClassVar[int] = DEFAULT_MAX_PRIOR_REQUESTS
 

@@ -311,6 +311,15 @@ def handled_tool_call() -> dict[str, Any] | None:
     return _handled_call.get()
 
 
+def new_worker(step: Step) -> Step:
+    """A new instance of ``step``'s class for one ``run_steps()`` invocation, configured like the registered one
+    (its class's constructor runs, so a step that needs more than a flow cannot be a worker)."""
+    worker = type(step)(step.flow)
+    for name in step.worker_configuration:
+        setattr(worker, name, copy.copy(getattr(step, name)))
+    return worker
+
+
 def collect_steps(flow: Any) -> None:
     """Register ``flow``'s steps and its flow-wide tool registry in its run context (ids and tool names checked)."""
     context = flow.run_context
@@ -543,6 +552,8 @@ class Step:
     id: ClassVar[str] = ""
     #: False for steps that route without a chat model (``DecisionStep``): they may not offer tools.
     calls_chat_model: ClassVar[bool] = True
+    #: What a ``run_steps()`` worker copies from the registered instance: the configuration chained onto it.
+    worker_configuration: ClassVar[tuple[str, ...]] = ("_namespace", "_model_override", "_content_type")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -52,7 +52,7 @@ from picoflow.parallel import (
     parallel_settings,
 )
 from picoflow.session.document import SequenceItem, SessionDoc, format_timestamp, validate_namespace
-from picoflow.step import Step
+from picoflow.step import Step, new_worker
 from picoflow.validation import validation_problems
 
 
@@ -449,10 +449,8 @@ def _prepare(flow: Flow, requests: list[RunStepRequest], shared: Mapping[str, di
         if request.user_message is not None and not isinstance(request.user_message, str):
             raise ParallelExecutionError(f"The user_message of branch '{key}' must be a string.")
         try:
-            # A new instance of the step's class (as the original builds workers), configured like the registered
-            # one; the worker's own state lives in its view (set up by run_batch), not on the instance.
-            worker = type(step)(step.flow)
-            vars(worker).update(vars(step))
+            # The worker's own state lives in its view (set up by run_batch), not on the instance.
+            worker = new_worker(step)
         except Exception as exc:
             raise ParallelExecutionError(f"Cannot create a worker for step '{step.id}': {exc}") from exc
         branches.append(
