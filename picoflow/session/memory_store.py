@@ -35,13 +35,7 @@ class MemorySessionStore(SessionStore):
     async def create(
         self, flow: FlowDoc | dict[str, Any], *, session_id: str | None = None, owner: str | None = None
     ) -> SessionDoc:
-        doc = new_document(flow, session_id, owner)
-        encoded = self._encode(doc)
-        with self._lock:
-            if doc.id in self._rows:
-                raise SessionConflictError(doc.id)
-            self._rows[doc.id] = (doc.revision, doc.flow.name, encoded)
-        return doc
+        return self._put_new(new_document(flow, session_id, owner))
 
     async def save(self, doc: SessionDoc, expected_revision: int) -> SessionDoc:
         written = prepare_write(doc, expected_revision)
@@ -54,13 +48,7 @@ class MemorySessionStore(SessionStore):
         return written
 
     async def insert(self, doc: SessionDoc) -> SessionDoc:
-        written = prepare_write(doc, 0)
-        encoded = self._encode(written)
-        with self._lock:
-            if written.id in self._rows:
-                raise SessionConflictError(written.id)
-            self._rows[written.id] = (written.revision, written.flow.name, encoded)
-        return written
+        return self._put_new(prepare_write(doc, 0))
 
     async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
         with self._lock:
@@ -68,6 +56,15 @@ class MemorySessionStore(SessionStore):
             if expected_revision is not None and (row is None or row[0] != expected_revision):
                 raise SessionConflictError(session_id)
             self._rows.pop(session_id, None)
+
+    def _put_new(self, doc: SessionDoc) -> SessionDoc:
+        """Keep ``doc`` as a new row; ``SessionConflictError`` when a row already has its id."""
+        encoded = self._encode(doc)
+        with self._lock:
+            if doc.id in self._rows:
+                raise SessionConflictError(doc.id)
+            self._rows[doc.id] = (doc.revision, doc.flow.name, encoded)
+        return doc
 
     def _encode(self, doc: SessionDoc) -> bytes:
         encoded = encode_document(doc)
