@@ -4,7 +4,7 @@
 ``FakeLambdaContext`` and returns what API Gateway would answer. The handler's engine is built from the
 environment on the first invocation and kept for the container's life: ``reset_runtime`` drops it, so the
 next invocation sees a changed environment (another store, flows or script). ``scripted_calls`` returns what
-the scripted model (``PICOFLOW_SCRIPT``) received in each call.
+the scripted model (``PICOFLOW_SCRIPT``) received in each call, and ``read_session`` a stored session document.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from picoflow.aws.apigw import FakeLambdaContext, HeaderInput, http_event
-from picoflow.aws.runtime import get_runtime, reset_runtime
+from picoflow.aws.runtime import get_runtime, read_session, reset_runtime
 from picoflow.errors import PicoFlowError
 from picoflow.models.scripted import ScriptedProvider
 
-__all__ = ["FakeLambdaContext", "HandlerResult", "http_event", "invoke", "reset_runtime", "scripted_calls"]
+__all__ = [
+    "FakeLambdaContext", "HandlerResult", "http_event", "invoke", "read_session", "reset_runtime", "scripted_calls",
+]
 
 #: A Lambda handler: ``handler(event, context)``.
 Handler = Callable[[dict[str, Any], Any], Mapping[str, Any]]
