@@ -25,11 +25,12 @@ HERE = Path(__file__).parent
 #: The files the server holds for this flow, by the name a request's ``config.fileName`` gives.
 SAMPLES: dict[str, Path] = {name: HERE / name for name in ("sample_invoice.pdf", "sample_invoice.png")}
 #: The extraction prompt: the instructions, then the example that pins the record's shape.
+FENCE = "`" * 3
 EXTRACT_PROMPT = (
     load_prompt("invoice.md", __file__)
-    + "\n## Extraction example\n```json\n"
+    + "\n## Extraction example\n" + FENCE + "json\n"
     + load_prompt("invoice_example.json", __file__)
-    + "```\n"
+    + FENCE + "\n"
 )
 #: The address ``NoToolStep`` hands its model; its zip code decides which date the model answers.
 INTERNAL_ADDRESS = {"street": "500 Orchard Avenue", "city": "Hillsboro", "state": "OR"}
