@@ -163,3 +163,22 @@ def test_a_reply_without_the_date_is_asked_for_again(lambda_env: Any) -> None:
     assert result.status == 200, result.body
     expect_invoice_contract(result.json())
     assert len(scripted_calls()) == 4
+
+
+def test_a_held_file_is_checked_like_an_upload_and_keeps_one_id(tmp_path: Path) -> None:
+    from picoflow.errors import PicoFlowError
+    from picoflow.files.held import read_held_file
+    from picoflow.files.policy import FilePolicy
+
+    ref, data = read_held_file(FOLDER / "sample_invoice.pdf", "invoice.pdf")
+    again, _ = read_held_file(FOLDER / "sample_invoice.pdf")
+    assert (ref.name, ref.content_type, ref.size, data) == ("invoice.pdf", "application/pdf", len(PDF), PDF)
+    assert again.id == ref.id and again.name == "sample_invoice.pdf"
+    with pytest.raises(PicoFlowError, match="larger than"):
+        read_held_file(FOLDER / "sample_invoice.pdf", policy=FilePolicy(max_file_bytes=len(PDF) - 1))
+    with pytest.raises(PicoFlowError, match="allowed file type"):
+        read_held_file(FOLDER / "steps.py")
+    with pytest.raises(PicoFlowError, match="allowed file type"):
+        read_held_file(FOLDER / "sample_invoice.png", policy=FilePolicy(allowed_types=frozenset({"application/pdf"})))
+    with pytest.raises(PicoFlowError, match="cannot be read"):
+        read_held_file(tmp_path / "missing.pdf")
