@@ -336,6 +336,10 @@ class TurnFiles:
         pending, self._pending = self._pending, []
         return pending
 
+    def hold(self, ref: FileRef, data: bytes) -> None:
+        """Serve ``data`` as ``ref`` for the rest of the turn (a file the server holds, not the file store)."""
+        self._cache[ref.id] = data
+
     async def read(self, ref: FileRef) -> bytes | None:
         """The bytes of ``ref``, or None when the store no longer holds exactly them."""
         if ref.id not in self._cache:

@@ -8,6 +8,7 @@ import inspect
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from pydantic import BaseModel
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 from picoflow.context import RunContext, deep_merge, ensure_top_level, execution_frames, read_path, step_name
 from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS, DecisionConversation, read_conversation
 from picoflow.errors import PicoFlowError
+from picoflow.files.held import read_held_file
 from picoflow.files.refs import FileRef
 from picoflow.logger import SessionLogger
 from picoflow.mcp import M, MCPServerSpec, call_tool, find_server
@@ -302,6 +304,20 @@ class Flow:
         context = self.run_context
         context.require_services()
         return list(context.files.attached)
+
+    def attach_server_file(self, path: str | os.PathLike[str], name: str | None = None) -> FileRef:
+        """A reference to a file the server holds (a sample the flow ships with) that a message can carry.
+
+        Put it in a message with ``with_files`` (``picoflow.files.refs``) as an uploaded file would be: the
+        model of this turn gets its bytes, the session document only the reference. ``path`` must come from
+        flow code (an allow-list of the flow's own files), never from a model or a client; ``name`` is what the
+        model is shown (default: the file's name). The file must meet the upload policy's size and type limits.
+        Its bytes are served for this turn only: a later turn that still shows the message gets a note that the
+        file is no longer available, unless the flow attaches it again.
+        """
+        ref, data = read_held_file(Path(path), name)
+        self.run_context.files.hold(ref, data)
+        return ref
 
     def mark_completed(self) -> None:
         self._refuse_in_worker("complete the session")

@@ -666,6 +666,14 @@ class Step:
         """Return True to reject this model result and ask for another one."""
         return False
 
+    def accepts_attachments(self) -> bool:
+        """Whether the files attached to a turn join the user's message when the turn starts at this step.
+
+        Return False for a step whose model should never see them (a router): they stay out of its memory and
+        requests, and flow code still reaches them with ``flow.get_attachments()`` to attach them later.
+        """
+        return True
+
     async def run(self, user_message: str | None = None) -> Any:
         """Execute this step: by default the model loop, starting from ``user_message`` when given.
 

@@ -755,7 +755,7 @@ def test_the_inspector_shows_every_part_of_a_document(page, start_server, proble
 
 
 def test_the_attach_button_uploads_an_invoice_and_the_reply_shows_the_record(page, start_api, problems):
-    api = start_api(invoice_replies(), "flows.invoice")
+    api = start_api(invoice_replies("sample_invoice.png"), "flows.invoice")
     open_page(page, api)
     page.select_option("#flow", "InvoiceFlow")
 
@@ -766,7 +766,7 @@ def test_the_attach_button_uploads_an_invoice_and_the_reply_shows_the_record(pag
     assert page.locator("#transcript li.note.error").count() == 0, api.output()
     reply = last_bot(page)
     assert reply.get_attribute("data-content-type") == "application/json"
-    assert "INV-2041" in reply.text_content() and "339.66" in reply.text_content()
+    assert "NW-2026-0142" in reply.text_content() and "7564.24" in reply.text_content()
     assert "sample_invoice.png" in page.locator("#transcript li.turn.user").last.text_content()
     assert page.locator("#attached").text_content() == ""
     [doc] = api.stored_sessions().values()

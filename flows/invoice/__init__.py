@@ -1,6 +1,9 @@
-"""InvoiceFlow, the one-shot example: an uploaded invoice (image or PDF) becomes a checked JSON record.
+"""InvoiceFlow, the one-shot example: a named invoice (a PDF or image the server holds, or an uploaded one)
+becomes a JSON record.
 
-``conversation.json`` and ``sample_invoice.png`` are a scripted extraction for the offline demo and tests.
+``conversation.json`` scripts an extraction of the server-held ``sample_invoice.pdf`` (two pages) for the
+offline demo, ``scenario.json`` and ``judge_script.json`` evaluate it, and ``invoice_example.json`` is both
+the prompt's example and the record that sample holds.
 """
 
 from __future__ import annotations

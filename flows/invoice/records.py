@@ -1,74 +1,99 @@
-"""The typed records of InvoiceFlow: the routing decision, the captured invoice and the checked answer."""
+"""The invoice record InvoiceFlow captures: the shape of ``invoice_example.json``, as a schema.
+
+The example in the prompt shows the model what a good record looks like; this schema refuses a record that
+lacks what callers rely on (vendor, bill number, currency, line items, total and balance due). Values the
+invoice does not print may be left out and are stored as null.
+"""
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
-from typing import Literal
+from typing import Any
 
-from pydantic import BaseModel, Field
-
-CENT = Decimal("0.01")
+from pydantic import BaseModel, ConfigDict, Field
 
 
-class Route(BaseModel):
-    """What the user asked for, judged from their words and the attached file."""
-
-    task: Literal["extract_invoice", "other"] = Field(
-        description="extract_invoice when an invoice is attached and the user wants its data, else other"
-    )
-    reason: str = Field(description="One short sentence explaining the choice")
+class _Part(BaseModel):
+    # Keys the schema does not name are kept: the record is what the model read, never silently trimmed.
+    model_config = ConfigDict(extra="allow")
 
 
-class OpenAttachmentArgs(BaseModel):
-    """Which attachment to open, by its position in the attachment list."""
+class BankAccount(_Part):
+    banking_account: str | None = None
+    banking_routing: str | None = None
+    swift: str | None = None
 
-    index: int = Field(ge=0, description="0 for the first attachment")
+
+class BankingInfo(_Part):
+    banking_institution: str | None = None
+    wire: BankAccount | None = None
+    ach: BankAccount | None = None
 
 
-class LineItem(BaseModel):
+class Address(_Part):
+    company_name: str | None = None
+    address_line_1: str | None = None
+    address_line_2: str | None = None
+    city: str | None = None
+    state: str | None = None
+    zip: int | str | None = None
+
+
+class InvoiceItem(_Part):
+    spec_tag: str | None = None
     description: str
-    quantity: float = Field(gt=0)
-    unit_price: float = Field(description="Price of one unit")
-    amount: float = Field(description="The line's total as printed on the invoice")
+    quantity: float
+    overage: float | None = None
+    units: str | None = None
+    unit_price: float
+    discount: float | None = None
+    extended_price: float
+    fob: str | None = None
 
 
-class Invoice(BaseModel):
-    """The data printed on the invoice, exactly as read (amounts as printed, dates as YYYY-MM-DD)."""
+class Invoice(_Part):
+    """An invoice as printed: dates YYYY-MM-DD, amounts and rates as plain numbers, the tax rate a fraction."""
 
-    vendor: str
-    invoice_number: str
-    invoice_date: str = Field(description="YYYY-MM-DD")
-    due_date: str | None = Field(default=None, description="YYYY-MM-DD, when printed")
-    currency: str = Field(default="USD", description="ISO 4217 code")
-    line_items: list[LineItem] = Field(min_length=1)
-    subtotal: float
-    tax: float = 0.0
+    vendor_name: str
+    vendor_id: str | None = None
+    bill_number: str
+    bill_date: str | None = None
+    due_date: str | None = None
+    ship_date: str | None = None
+    po_number: str | None = None
+    po_id: str | None = None
+    vendor_order_number: str | None = None
+    account_number: str | None = None
+    payment_terms: str | None = None
+    banking_info: BankingInfo | None = None
+    payment_instructions: str | None = None
+    notes: str | None = None
+    currency: str = Field(description="ISO 4217 code, e.g. USD")
+    bill_to_address: Address | None = None
+    ship_to_address: Address | None = None
+    invoice_items: list[InvoiceItem] = Field(min_length=1)
+    subtotal: float | None = None
+    packing_fee: float | None = None
+    freight: float | None = None
+    sales_tax: float | None = None
+    sales_tax_rate: float | None = None
     total: float
+    prepayment: float | None = None
+    balance_due: float
 
 
-class InvoiceRecord(Invoice):
-    """The answer: the invoice plus what code found when it redid the arithmetic."""
+class CaptureJson(BaseModel):
+    """The arguments of ``capture_json``: the record under ``json``. A field of that name would shadow
+    ``BaseModel.json``, so the field has another name and the alias: the model is shown ``json``."""
 
-    arithmetic_ok: bool
-    problems: list[str] = Field(default_factory=list)
-    file_name: str
-
-
-def money(value: float) -> Decimal:
-    """``value`` as an amount in cents (floats from JSON are rounded to the cent once, here)."""
-    return Decimal(str(value)).quantize(CENT, rounding=ROUND_HALF_UP)
+    record: Invoice = Field(alias="json", description="The extracted invoice, shaped like the example")
 
 
-def arithmetic_problems(invoice: Invoice) -> list[str]:
-    """Where the printed amounts disagree with each other: each line, the subtotal and the total."""
-    problems = []
-    for number, item in enumerate(invoice.line_items, start=1):
-        expected = (money(item.quantity) * money(item.unit_price)).quantize(CENT, rounding=ROUND_HALF_UP)
-        if expected != money(item.amount):
-            problems.append(f"line {number}: {item.quantity} x {item.unit_price} is {expected}, not {item.amount}")
-    lines = sum((money(item.amount) for item in invoice.line_items), Decimal(0))
-    if lines != money(invoice.subtotal):
-        problems.append(f"the lines add up to {lines}, not the subtotal {invoice.subtotal}")
-    if money(invoice.subtotal) + money(invoice.tax) != money(invoice.total):
-        problems.append(f"subtotal plus tax is {money(invoice.subtotal) + money(invoice.tax)}, not {invoice.total}")
-    return problems
+class FetchFile(BaseModel):
+    """The arguments of ``fetch_file``."""
+
+    name: str = Field(description="Name of the file to attach, as the instructions give it")
+
+
+def as_record(invoice: Invoice) -> dict[str, Any]:
+    """The record as stored in state and answered to the caller (JSON types, unknown keys kept)."""
+    return invoice.model_dump(mode="json")

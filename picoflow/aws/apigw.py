@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from picoflow.wire import JSON
 
 ACCOUNT_ID = "123456789012"
@@ -108,8 +110,9 @@ def http_event(
 
 
 @dataclass
-class FakeLambdaContext:
-    """The attributes of the Lambda context object that handlers and Powertools read.
+class FakeLambdaContext(LambdaContext):
+    """A Lambda context for invoking a handler outside Lambda: a Powertools ``LambdaContext`` whose fields are set
+    here (Powertools' ``Logger.inject_lambda_context`` and the handler read them as in Lambda).
 
     ``get_remaining_time_in_millis`` counts down from construction to ``timeout_ms``.
     """
@@ -118,13 +121,19 @@ class FakeLambdaContext:
     function_version: str = "$LATEST"
     memory_limit_in_mb: int = 1024
     timeout_ms: int = 25_000
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # A plain default (filled in below): a default factory would leave Powertools' read-only property in place.
+    aws_request_id: str = ""
     invoked_function_arn: str = ""
     log_group_name: str = ""
     log_stream_name: str = ""
+    tenant_id: str | None = None
+    identity: Any = None
+    client_context: Any = None
     _deadline: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not self.aws_request_id:
+            self.aws_request_id = str(uuid.uuid4())
         if not self.invoked_function_arn:
             self.invoked_function_arn = f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{self.function_name}"
         if not self.log_group_name:

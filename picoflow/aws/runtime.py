@@ -76,6 +76,18 @@ def get_runtime() -> Runtime:
         return _runtime
 
 
+def reset_runtime() -> None:
+    """Drop the container's ``Runtime`` (its loop stopped): the next invocation builds one from the environment.
+
+    For tests and tools that run the handler under several environments in one process.
+    """
+    global _runtime
+    with _runtime_lock:
+        if _runtime is not None:
+            _runtime.loop.call_soon_threadsafe(_runtime.loop.stop)
+        _runtime = None
+
+
 def get_engine() -> FlowEngine:
     """The container's ``FlowEngine``."""
     return get_runtime().engine

@@ -133,9 +133,10 @@ async def run_turn(flow: Flow, user_message: str | None) -> Any:
 async def run_model_loop(step: Step, user_message: str | None) -> Any:
     """The default ``Step.run``: drive the executing step from ``user_message`` until it answers.
 
-    The files attached to the turn join the first message built from the user's input.
+    The files attached to the turn join the first message built from the user's input, unless the step
+    declines them (``Step.accepts_attachments``).
     """
-    attached = step.flow.run_context.files.take_attached()
+    attached = step.flow.run_context.files.take_attached() if step.accepts_attachments() else []
     content = with_files(user_message, attached) if attached else user_message
     incoming = HumanMessageEx(step, content) if content else None
     return await _drive(step.flow, incoming)
@@ -436,7 +437,8 @@ def _checked_args(flow: Flow, call: dict[str, Any]) -> dict[str, Any] | BaseMode
 
 
 def _as_dict(args: dict[str, Any] | BaseModel) -> dict[str, Any]:
-    return args.model_dump(mode="json") if isinstance(args, BaseModel) else args
+    # By alias: a field declared ``Field(alias="json")`` reaches a dict handler under the name the model sent.
+    return args.model_dump(mode="json", by_alias=True) if isinstance(args, BaseModel) else args
 
 
 def _handler_argument(handler: Any, args: dict[str, Any] | BaseModel) -> Any:

@@ -20,10 +20,13 @@ INVOICE_PDF = (
 EXECUTABLE = b"MZ\x90\x00\x03\x00\x00\x00\x04\x00\x00\x00\xff\xff\x00\x00" + b"\x00" * 48
 
 
-def invoice_replies() -> list[dict[str, Any]]:
-    """The scripted model replies of InvoiceFlow's bundled conversation (route, open, capture)."""
+def invoice_replies(file_name: str = "invoice.png") -> list[dict[str, Any]]:
+    """The scripted model replies of InvoiceFlow's bundled conversation (the date, fetch_file, capture_json),
+    the model fetching ``file_name`` (an uploaded file's name) instead of the server's sample."""
     conversation = json.loads((ROOT / "flows" / "invoice" / "conversation.json").read_text(encoding="utf-8"))
-    return [reply for turn in conversation["turns"] for reply in turn["replies"]]
+    replies = [reply for turn in conversation["turns"] for reply in turn["replies"]]
+    replies[1]["tool_calls"][0]["args"] = {"name": file_name}
+    return replies
 
 
 def b64(data: bytes) -> str:
