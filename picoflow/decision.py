@@ -126,7 +126,7 @@ class NoulAnswer(_Answer):
 
 
 Answer = ChoiceAnswer | ScoreAnswer | NoulAnswer
-_ANSWER_TYPES: dict[str, type[_Answer]] = {"choice": ChoiceAnswer, "score": ScoreAnswer, "noul": NoulAnswer}
+_ANSWER_TYPES: dict[str, type[Answer]] = {"choice": ChoiceAnswer, "score": ScoreAnswer, "noul": NoulAnswer}
 
 
 def validate_answers(questions: Mapping[str, Question], answers: Any) -> dict[str, Answer]:
@@ -429,6 +429,8 @@ class ChatDecisionProvider:
         runnable = model.with_structured_output(schema, include_raw=True)
         with model_call_for("decision", request.step_id):
             output = await runnable.ainvoke(_classifier_messages(request))
+        # include_raw=True: LangChain answers {"raw", "parsed", "parsing_error"}.
+        assert isinstance(output, dict)
         usage = usage_from_message(output)
         parsed = output.get("parsed")
         if not isinstance(parsed, BaseModel):
@@ -464,7 +466,7 @@ def _estimate_schema(questions: Mapping[str, Question]) -> type[BaseModel]:
             **{f"o{i}": (float, Field(alias=key, description=text)) for i, (key, text) in enumerate(options.items())},
         )
         fields[f"q{index}"] = (inner, Field(alias=name, description=question.instructions or question.type))
-    return create_model("DecisionEstimates", **fields)  # type: ignore[call-overload]
+    return create_model("DecisionEstimates", **fields)
 
 
 def _normalised(values: list[float]) -> list[float]:

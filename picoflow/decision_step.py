@@ -8,7 +8,7 @@ ordinary transition. It is a ``LogicStep``, so the hop loop needs nothing specia
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS
 from picoflow.decision import (
@@ -22,8 +22,11 @@ from picoflow.decision import (
 )
 from picoflow.errors import PicoFlowError
 from picoflow.models.registry import ModelSelection
-from picoflow.protocols import FlowLike, ProviderSet
+from picoflow.protocols import ProviderSet
 from picoflow.step import LogicStep, Step, Transition
+
+if TYPE_CHECKING:
+    from picoflow.flow import Flow
 
 
 class DecisionStep(LogicStep):
@@ -41,7 +44,7 @@ class DecisionStep(LogicStep):
     #: How many earlier human messages the provider sees as ``priorRequests``.
     max_prior_requests: ClassVar[int] = DEFAULT_MAX_PRIOR_REQUESTS
 
-    def __init__(self, flow: FlowLike) -> None:
+    def __init__(self, flow: Flow) -> None:
         super().__init__(flow)
         self._decision_options: dict[str, Any] = {}
 

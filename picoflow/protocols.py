@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 class Named(Protocol):
     """Anything registered under a name: a step or step class, a flow."""
 
-    id: str
+    # Read-only, so a class attribute (``Step.id``, ``Flow.id``) satisfies it.
+    @property
+    def id(self) -> str: ...
 
 
 class StepLike(Named, Protocol):
@@ -75,32 +77,3 @@ class ProviderSet(Protocol):
     providers: ProviderRegistry
     #: Decision providers (``DecisionProvider``) by the provider name a decision configuration gives.
     decision_providers: Mapping[str, Any]
-
-
-class FlowLike(Named, Protocol):
-    """What a step asks of the flow that owns it."""
-
-    #: The running session (``picoflow.context.RunContext``) step accessors read and write through.
-    run_context: Any
-
-    def model_selection(self) -> Any: ...
-
-    def config_llm_call_policy(self) -> dict[str, Any]: ...
-
-    def config_decision(self) -> Any: ...
-
-    def get_context(self, path: str | None = None) -> Any: ...
-
-    def get_memory(self, namespace: str | None = None) -> Any: ...
-
-    def get_conversation(self, namespace: str, max_prior_requests: int = ...) -> Any: ...
-
-    def get_step(self, name: str) -> Any: ...
-
-    def get_step_state(self, step_cls: Any, key: str | None = None) -> Any: ...
-
-    def get_session_doc(self) -> SessionDoc: ...
-
-    def get_session_id(self) -> str: ...
-
-    def mark_completed(self) -> None: ...

@@ -23,7 +23,7 @@ from picoflow.context import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge,
 from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, DirectMessage, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.registry import ModelSelection
-from picoflow.protocols import FlowLike, Named, Worker
+from picoflow.protocols import Named, Worker
 from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
 from picoflow.session.document import format_timestamp, validate_namespace
 from picoflow.validation import validation_problems
@@ -32,6 +32,7 @@ from picoflow.wire import PLAIN_TEXT
 if TYPE_CHECKING:
     from langchain_core.messages import AIMessage
 
+    from picoflow.flow import Flow
     from picoflow.mcp import MCPTools
     from picoflow.parallel import (
         CancellationSignal,
@@ -560,7 +561,7 @@ class Step:
         if "id" not in cls.__dict__:
             cls.id = cls.__name__
 
-    def __init__(self, flow: FlowLike) -> None:
+    def __init__(self, flow: Flow) -> None:
         self.flow = flow
         self._namespace: str | None = None
         self._model_override: ModelSelection | None = None

@@ -11,6 +11,7 @@ import json
 from datetime import date, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
+from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -129,7 +130,7 @@ class QuoteConfig(_Config):
             ("liabilityCharges", self.liability_charges, LiabilityLimit),
             ("endorsementFees", self.endorsement_fees, Endorsement),
         ):
-            absent = set(literal.__args__) - set(table)
+            absent = set(get_args(literal)) - set(table)
             if absent:
                 raise ValueError(f"{name} lacks {sorted(absent, key=str)}")
         for name, bands in (("roofAgeBands", self.roof_age_bands), ("homeAgeBands", self.home_age_bands)):
@@ -201,18 +202,20 @@ def rate_application(
     An unsupported state gives ``unsupported`` with no premiums; any referral reason gives ``referral``
     with its codes and no premiums; otherwise ``eligible`` with one option per configured tier.
     """
-    base = {"rules_version": config.rules_version, "quoted_on": current_date}
+    version, today = config.rules_version, current_date
     if application.qualification.state not in config.supported_states:
-        return QuoteResult(decision="unsupported", reason_codes=["UNSUPPORTED_STATE"], **base)
+        return QuoteResult(
+            decision="unsupported", reason_codes=["UNSUPPORTED_STATE"], rules_version=version, quoted_on=today
+        )
     reasons = referral_reasons(application, current_date, config)
     if reasons:
-        return QuoteResult(decision="referral", reason_codes=reasons, **base)
+        return QuoteResult(decision="referral", reason_codes=reasons, rules_version=version, quoted_on=today)
 
     core = _core_premium(application, current_date, config)
     coverage = application.coverage
     options = []
     for tier in config.tiers:
-        endorsements = sorted(set(coverage.endorsements) | set(tier.included_endorsements))
+        endorsements: list[str] = sorted(set(coverage.endorsements) | set(tier.included_endorsements))
         # Endorsements a tier includes are part of its factor, so only the others are charged.
         fees = sum(
             (config.endorsement_fees[name] for name in coverage.endorsements if name not in tier.included_endorsements),
@@ -238,7 +241,8 @@ def rate_application(
         quote_id=quote_id(application, current_date),
         valid_through=current_date + timedelta(days=config.quote_valid_days),
         options=options,
-        **base,
+        rules_version=version,
+        quoted_on=today,
     )
 
 

@@ -113,6 +113,8 @@ class Judge:
                 result = await runnable.ainvoke(messages)
         except Exception as error:  # noqa: BLE001 - a failed judge call fails its turn, not the evaluation
             return Judgement(None, f"the judge call failed ({type(error).__name__}: {error})")
+        # include_raw=True: LangChain answers {"raw", "parsed", "parsing_error"}.
+        assert isinstance(result, dict)
         tokens = usage_from_message(result.get("raw")).total_tokens if result.get("raw") is not None else 0
         parsed = result.get("parsed")
         if result.get("parsing_error") is not None or not isinstance(parsed, Verdict):

@@ -220,7 +220,7 @@ class FlowDoc(_Doc):
         steps = data.get("steps")
         if isinstance(steps, list):
             active = None
-            converted = []
+            steps_out: list[Any] = []
             for step in steps:
                 if isinstance(step, dict):
                     step = dict(step)
@@ -230,8 +230,8 @@ class FlowDoc(_Doc):
                     legacy_model = _legacy_step_model(step, data.get("model"))
                     if legacy_model is not None and step.get("model") is None:
                         step["model"] = legacy_model
-                converted.append(step)
-            data["steps"] = converted
+                steps_out.append(step)
+            data["steps"] = steps_out
             if not data.get("currentStep") and active:
                 data["currentStep"] = active
         return data
@@ -254,7 +254,7 @@ def _legacy_step_model(step: dict[str, Any], flow_model: Any) -> dict[str, Any] 
     default = flow_model if isinstance(flow_model, dict) else {}
     # The params type is named after its provider (e.g. "OpenAIParams" or "openai").
     provider = str(params_name).lower().removesuffix("params").strip(" _-") if params_name else ""
-    provider = provider or default.get("provider")
+    provider = provider or str(default.get("provider") or "")
     if not provider:
         return None
     return {"provider": provider, "name": name or default.get("name") or "", "params": dict(params or {})}
