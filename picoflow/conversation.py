@@ -26,12 +26,12 @@ class DecisionConversation(dict[str, Any]):
     @property
     def request(self) -> str:
         """The newest human request, ``""`` when there is none."""
-        return self["request"]
+        return str(self["request"])
 
     @property
     def prior_requests(self) -> tuple[str, ...]:
         """The earlier human requests, oldest first."""
-        return self["priorRequests"]
+        return tuple(self["priorRequests"])
 
     def as_state(self) -> dict[str, Any]:
         """The framework-owned part of a decision's input state."""
@@ -51,7 +51,7 @@ class DecisionConversation(dict[str, Any]):
         raise TypeError("A DecisionConversation is read-only.")
 
     __setitem__ = __delitem__ = __ior__ = _read_only
-    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _read_only
 
 
 def read_conversation(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -86,7 +86,7 @@ class HumanMessageEx(HumanMessage):
     """
 
     def __init__(
-        self, owner: Named | str, content: str | list[str | dict[str, Any]], *, origin: MessageOrigin = "user",
+        self, owner: Named | str, content: str | Sequence[str | dict[str, Any]], *, origin: MessageOrigin = "user",
         **kwargs: Any,
     ) -> None:
         if origin not in _ORIGINS:
@@ -94,7 +94,8 @@ class HumanMessageEx(HumanMessage):
         kwargs.setdefault("id", gen_message_id(owner))
         extra = dict(kwargs.pop("additional_kwargs", None) or {DIRECT_KEY: False})
         extra.setdefault(ORIGIN_KEY, origin)
-        super().__init__(content=content, additional_kwargs=extra, **kwargs)
+        parts = content if isinstance(content, str) else list(content)
+        super().__init__(content=parts, additional_kwargs=extra, **kwargs)
 
 
 class AiMessageEx(AIMessage):
@@ -219,7 +220,9 @@ def _build_validated(doc: MessageDoc) -> BaseMessage:
 # validates it a second time, which is most of the cost of resuming a session, so text messages are assembled
 # directly in the exact form the constructor produces. ``_fast_build_ok`` checks that equivalence once per
 # process against the installed LangChain and falls back to the constructors if it ever differs.
-_FAST_TYPES = {"system": SystemMessage, "human": HumanMessage, "ai": AIMessage, "tool": ToolMessage}
+_FAST_TYPES: dict[str, type[BaseMessage]] = {
+    "system": SystemMessage, "human": HumanMessage, "ai": AIMessage, "tool": ToolMessage,
+}
 _COMMON_SET = frozenset({"content", "id", "additional_kwargs", "response_metadata"})
 _FIELDS_SET = {
     "system": _COMMON_SET,
@@ -383,18 +386,18 @@ def usage_from_message(message: Any) -> TokenUsage:
     if "input_tokens" in normalised:
         input_tokens = _int(normalised.get("input_tokens")) or 0
     else:
-        input_tokens = _first_int(raw, ("prompt_tokens", "prompt_token_count", "promptTokenCount"))
-        if input_tokens is None:
-            # Anthropic's raw ``input_tokens`` leaves out cache reads and writes; LangChain adds them back.
-            input_tokens = (_int(raw.get("input_tokens")) or 0) + _anthropic_cache_tokens(raw)
+        raw_input = _first_int(raw, ("prompt_tokens", "prompt_token_count", "promptTokenCount"))
+        # Anthropic's raw ``input_tokens`` leaves out cache reads and writes; LangChain adds them back.
+        input_tokens = (
+            raw_input if raw_input is not None else (_int(raw.get("input_tokens")) or 0) + _anthropic_cache_tokens(raw)
+        )
 
     candidates = _first_int(raw, ("candidates_token_count", "candidatesTokenCount"))
     if "output_tokens" in normalised:
         output_tokens = _int(normalised.get("output_tokens")) or 0
     else:
-        output_tokens = _first_int(raw, ("completion_tokens", "output_tokens"))
-        if output_tokens is None:
-            output_tokens = candidates or 0
+        raw_output = _first_int(raw, ("completion_tokens", "output_tokens"))
+        output_tokens = raw_output if raw_output is not None else candidates or 0
 
     reasoning = _detail(output_details, "reasoning")
     if reasoning is None:
@@ -480,5 +483,6 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     if type(value) is dict or isinstance(value, Mapping):
         return value
     if value is not None and hasattr(value, "model_dump"):
-        return value.model_dump()
+        dumped: Mapping[str, Any] = value.model_dump()
+        return dumped
     return _EMPTY

@@ -8,13 +8,14 @@ declares fail the registration with the flow, the step and the fix.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from picoflow.context import step_name
 from picoflow.decision_step import DecisionStep, check_decision_setup
 from picoflow.errors import PicoFlowError
 from picoflow.flow import Flow
-from picoflow.models.registry import ProviderRegistry
+from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.protocols import ProviderSet
 from picoflow.step import Step, collect_steps, group_handlers, offered_tool_names, tool_handler
 
@@ -83,7 +84,9 @@ def _check_models(flow: Flow, providers: ProviderRegistry) -> None:
     known, _ = _declared(flow, "model_selection")
     if not known:
         return
-    checks = [("config_model()", None, flow.model_selection)]
+    checks: list[tuple[str, Step | None, Callable[[], ModelSelection]]] = [
+        ("config_model()", None, flow.model_selection)
+    ]
     checks += [("use_model()", step, step.model_selection) for step in flow.get_steps() if not step.is_logic()]
     for where, step, selection in checks:
         try:

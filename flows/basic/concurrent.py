@@ -56,7 +56,7 @@ class FollowUpStep(Step):
         return FollowUpParams
 
     def task(self) -> str:
-        return self.get_parallel_invocation().params["task"]
+        return str(self.get_parallel_invocation().params["task"])
 
     def prerequisite_note(self) -> str:
         """Extra context for the prompt, appended to the assignment line (empty by default)."""

@@ -39,7 +39,7 @@ def build_server() -> Any:
     from mcp.types import ToolAnnotations
 
     server = MCPServer("city-temperature", version="1.0.0")
-    server.add_tool(get_city_temperatures, name=TOOL, annotations=ToolAnnotations(readOnlyHint=True))
+    server.add_tool(get_city_temperatures, name=TOOL, annotations=ToolAnnotations(read_only_hint=True))
     return server
 
 

@@ -65,7 +65,7 @@ def build_server() -> Any:
     from mcp.types import ToolAnnotations
 
     server = MCPServer("hotel-pricing", version="1.0.0")
-    server.add_tool(search_hotels, name=TOOL, annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True))
+    server.add_tool(search_hotels, name=TOOL, annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
     return server
 
 
