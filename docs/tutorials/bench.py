@@ -1,0 +1,75 @@
+"""A test bench for the tutorials: one engine, a scripted model, and a printed transcript of every turn.
+
+``Bench(SomeFlow, replies)`` answers every model call from ``replies`` (see ``ScriptedProvider``) and keeps
+sessions in memory, so a flow runs offline exactly as it would behind the HTTP API. ``await bench.say(text)``
+runs one turn and prints it; ``replay(SomeFlow, "conversation.json")`` runs a whole scripted conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from picoflow import Flow, FlowEngine, RunResponse
+from picoflow.models.registry import ProviderRegistry
+from picoflow.models.scripted import ScriptedProvider
+from picoflow.stores import MemorySessionStore, SessionDoc
+
+
+class Bench:
+    """One conversation with ``flow``: every model call is answered by the next fitting reply of ``replies``."""
+
+    def __init__(self, flow: type[Flow], replies: list[dict[str, Any]], config: dict[str, Any] | None = None) -> None:
+        self.model = ScriptedProvider(replies)
+        self.store = MemorySessionStore()
+        self.engine = FlowEngine(
+            flows=[flow], session_store=self.store, providers=ProviderRegistry(override=self.model)
+        )
+        self.flow_name = flow.id
+        self.config = config
+        self.session: str | None = None
+        self.last: RunResponse | None = None
+
+    async def say(self, message: str, *, quiet: bool = False) -> RunResponse:
+        """Run one turn; print the user's message and the reply unless ``quiet``. A failed turn raises."""
+        # The config travels with the first turn only: it becomes the session's context.
+        config = self.config if self.session is None else None
+        response = await self.engine.run(self.flow_name, message, session_id=self.session, config=config)
+        if not response.success:
+            raise RuntimeError(f"The turn failed with {response.error_code}: {response.detail}")
+        self.session, self.last = response.session, response
+        if not quiet:
+            print(f"> {message}\n{response.message}")
+        return response
+
+    async def document(self) -> SessionDoc:
+        """The stored session document as it is after the last turn."""
+        assert self.session is not None, "no turn has run yet"
+        doc = await self.store.load(self.session)
+        assert doc is not None, "the session is gone"
+        return doc
+
+    async def state(self, step: str) -> dict[str, Any]:
+        """The durable state step ``step`` saved, read from the stored document."""
+        steps = (await self.document()).flow.steps
+        return next((dict(saved.state) for saved in steps if saved.name == step), {})
+
+    async def current_step(self) -> str | None:
+        """The step the session's cursor is on."""
+        return (await self.document()).flow.current_step
+
+
+async def replay(flow: type[Flow], path: str | Path, *, quiet: bool = False) -> Bench:
+    """Run the scripted conversation at ``path`` (a flow package's ``conversation.json``) and return its bench.
+
+    Raises when a turn fails or when a scripted reply is left over: the script and the flow must agree.
+    """
+    conversation = json.loads(Path(path).read_text(encoding="utf-8"))
+    replies = [reply for turn in conversation["turns"] for reply in turn.get("replies", [])]
+    bench = Bench(flow, replies, conversation.get("config"))
+    for turn in conversation["turns"]:
+        await bench.say(turn["user"], quiet=quiet)
+    if bench.model.remaining:
+        raise RuntimeError(f"{bench.model.remaining} scripted replies were never used")
+    return bench
