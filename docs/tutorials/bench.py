@@ -51,9 +51,10 @@ class Bench:
         return doc
 
     async def state(self, step: str) -> dict[str, Any]:
-        """The durable state step ``step`` saved, read from the stored document."""
+        """The durable state step ``step`` saved, read from the stored document, without bookkeeping keys (``_x``)."""
         steps = (await self.document()).flow.steps
-        return next((dict(saved.state) for saved in steps if saved.name == step), {})
+        state = next((saved.state for saved in steps if saved.name == step), {})
+        return {key: value for key, value in state.items() if not key.startswith("_")}
 
     async def current_step(self) -> str | None:
         """The step the session's cursor is on."""

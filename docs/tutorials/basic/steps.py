@@ -27,7 +27,7 @@ def today(step: Step) -> date:
 
 def role(step: Step) -> str:
     """The shared opening of every prompt, filled with the brand from the session's config."""
-    return prompt("prompts/role.md", __file__, brand=step.get_context("config.brand") or "PicoFlow")
+    return prompt("prompts/role.md", __file__, brand=step.get_context("config.brand") or "PicoFlow").strip()
 
 
 # --8<-- [start:name_step]
@@ -62,7 +62,9 @@ class BirthdayStep(Step):
 
     def get_prompt(self) -> str:
         first_name = self.flow.get_step_state(NameStep, "first")
-        return prompt("prompts/birthday.md", __file__, role=role(self), first_name=first_name, today=today(self))
+        return prompt(
+            "prompts/birthday.md", __file__, role=role(self), first_name=first_name, today=today(self).isoformat()
+        )
 
     @tool
     async def save_birthday(self, args: BirthdayArgs) -> Transition:

@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass
 from datetime import date
 
-_NAME_PART = re.compile(r"^[^\W\d_][\w'\-]*$")
+# Letters, with inner apostrophes or hyphens: O'Brien, Jean-Luc.
+_NAME_PART = re.compile(r"^[^\W\d_]+(?:['\-][^\W\d_]+)*$")
 
 
 @dataclass(frozen=True)
