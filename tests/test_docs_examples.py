@@ -129,7 +129,9 @@ def run_page(page: Path) -> Counter[str]:
             where = f"{page.relative_to(ROOT)}:{block.line}"
             if block.lang == "json":
                 assert block.title in JSON_KINDS, f"{where}: a json block needs a title among {sorted(JSON_KINDS)}"
-                JSON_KINDS[block.title](json.loads(block.body))
+                snippets = _snippet_lines(block.body)
+                text = "".join(_section(m["path"], m["section"]) for m in snippets) if snippets else block.body
+                JSON_KINDS[block.title](json.loads(text))
                 counts["json"] += 1
                 continue
             if block.lang != "python":

@@ -61,15 +61,17 @@ class Bench:
         return (await self.document()).flow.current_step
 
 
-async def replay(flow: type[Flow], path: str | Path, *, quiet: bool = False) -> Bench:
+async def replay(flow: type[Flow], path: str | Path, *, quiet: bool = False, turns: int | None = None) -> Bench:
     """Run the scripted conversation at ``path`` (a flow package's ``conversation.json``) and return its bench.
 
-    Raises when a turn fails or when a scripted reply is left over: the script and the flow must agree.
+    ``turns`` stops after that many user turns. Raises when a turn fails or, for a whole conversation, when a
+    scripted reply is left over: the script and the flow must agree.
     """
     conversation = json.loads(Path(path).read_text(encoding="utf-8"))
-    replies = [reply for turn in conversation["turns"] for reply in turn.get("replies", [])]
+    played = conversation["turns"][:turns]
+    replies = [reply for turn in played for reply in turn.get("replies", [])]
     bench = Bench(flow, replies, conversation.get("config"))
-    for turn in conversation["turns"]:
+    for turn in played:
         await bench.say(turn["user"], quiet=quiet)
     if bench.model.remaining:
         raise RuntimeError(f"{bench.model.remaining} scripted replies were never used")
