@@ -43,6 +43,10 @@ class Bench:
             print(f"> {message}\n{response.message}")
         return response
 
+    async def close(self) -> None:
+        """Release what the engine holds open (MCP server sessions and subprocesses, store connections)."""
+        await self.engine.close()
+
     async def document(self) -> SessionDoc:
         """The stored session document as it is after the last turn."""
         assert self.session is not None, "no turn has run yet"
