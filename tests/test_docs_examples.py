@@ -32,6 +32,7 @@ import pytest
 
 from picoflow.aws.requests import FileUploadRequest, RunRequest
 from picoflow.aws.responses import EndEnvelope, TurnEnvelope
+from picoflow.errors import public_message
 from picoflow.local.scenario import Scenario
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.stores import SessionDoc
@@ -82,6 +83,8 @@ def _flow_names(data: Any) -> None:
 def _envelope_failure(data: Any) -> None:
     envelope = TurnEnvelope.model_validate(data)
     assert envelope.success is False and envelope.code and envelope.request_id
+    # The page shows the code's own fixed sentence, not one of its own making.
+    assert envelope.message == public_message(envelope.code), public_message(envelope.code)
 
 
 #: What a json block's title may say, and the check the code that reads such JSON would make.
