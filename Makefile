@@ -15,7 +15,7 @@ run: $(STAMP)
 	$(PY) -m picoflow.local.demo --flow $(FLOW) $(if $(FLOWS),--flows $(FLOWS)) $(if $(SERVE),--serve)
 
 # Offline: each bundled flow's scenario.json judged turn by turn, the flow scripted by its conversation.json and
-# the judge by its judge_script.json (README: Evaluating a flow).
+# the judge by its judge_script.json (docs/how-to/evaluations.md).
 eval: $(STAMP)
 	@for scenario in flows/*/scenario.json; do \
 		flow=$$(dirname $$scenario); \
