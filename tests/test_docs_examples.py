@@ -39,7 +39,8 @@ from picoflow.stores import SessionDoc
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = sorted(DOCS.rglob("*.md"))
+# Prompt files of the tutorial flows are Markdown too, but not pages (mkdocs.yml excludes them).
+PAGES = sorted(page for page in DOCS.rglob("*.md") if "prompts" not in page.relative_to(DOCS).parts)
 
 # Filled as the pages run; tests/conftest.py prints it at the end of the run.
 COUNTS: Counter[str] = Counter()
