@@ -3,25 +3,29 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FLOW ?= HotelFlow
 
-.PHONY: run eval test lint bench clean chromium build-ApiFunction
+.PHONY: run eval test lint bench clean chromium docs build-ApiFunction
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,docs]'
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(PY) -m picoflow.local.demo --flow $(FLOW) $(if $(FLOWS),--flows $(FLOWS)) $(if $(SERVE),--serve)
 
 # Offline: each bundled flow's scenario.json judged turn by turn, the flow scripted by its conversation.json and
-# the judge by its judge_script.json (README: Evaluating a flow).
+# the judge by its judge_script.json (docs/how-to/evaluations.md).
 eval: $(STAMP)
 	@for scenario in flows/*/scenario.json; do \
 		flow=$$(dirname $$scenario); \
 		$(VENV)/bin/picoflow eval $$scenario --script $$flow/conversation.json \
 			--judge scripted --judge-script $$flow/judge_script.json || exit 1; \
 	done
+
+# The documentation site at http://127.0.0.1:8000 (mkdocs.yml); make test builds it strictly and runs its examples.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -13,8 +13,10 @@ Any test module can use them:
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -93,3 +95,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def venv_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the wheel installed, its dependencies from the package registry (about a minute)."""
     return make_venv(tmp_path_factory.mktemp("venv") / "venv", str(wheel))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """After a run that checked the docs, how many of their examples ran (tests/test_docs_examples.py)."""
+    module = sys.modules.get("tests.test_docs_examples")
+    line = module.summary() if module is not None else None
+    if line:
+        terminalreporter.write_line(line)

@@ -71,6 +71,14 @@ def test_the_wheel_holds_the_picoflow_package_only(wheel: Path) -> None:
     assert wheel.name.startswith(f"{DISTRIBUTION.replace('-', '_')}-")
 
 
+def test_the_wheel_passes_the_release_workflows_twine_check(wheel: Path) -> None:
+    # .github/workflows/release.yml runs the same check before publishing: metadata and the README's rendering.
+    result = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(wheel)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_the_wheel_ships_the_type_marker_package_data_and_license(wheel: Path) -> None:
     archive = zipfile.ZipFile(wheel)
     names = set(archive.namelist())

@@ -1,0 +1,214 @@
+"""Every example in the docs runs: a page's blocks, checked the way the page says they behave.
+
+The conventions (docs/reference/index.md, "How the examples are checked"):
+
+* a ```python block runs, in page order, in one namespace per page, with the repository root as the working
+  directory; top-level ``await`` is allowed (the page's blocks share one event loop);
+* a ```python block whose first line is ``# fragment`` is only compiled, never run;
+* a ```python block made of ``--8<-- "path:section"`` lines only shows code of a module (pymdownx.snippets): the
+  section must exist and compile, and the module runs where a page imports it;
+* a ```text block titled "Output" right after a python block is what that block prints, compared line by line;
+* a ```json block's title says what it is, and it is validated by the model the code reads it with
+  (``JSON_KINDS``); a json block without a known title fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import io
+import json
+import re
+import sys
+import textwrap
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from picoflow.aws.requests import FileUploadRequest, RunRequest
+from picoflow.aws.responses import EndEnvelope, TurnEnvelope
+from picoflow.errors import public_message
+from picoflow.local.scenario import Scenario
+from picoflow.models.scripted import ScriptedProvider
+from picoflow.stores import SessionDoc
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+# Prompt files of the tutorial flows are Markdown too, but not pages (mkdocs.yml excludes them).
+PAGES = sorted(page for page in DOCS.rglob("*.md") if "prompts" not in page.relative_to(DOCS).parts)
+
+# Filled as the pages run; tests/conftest.py prints it at the end of the run.
+COUNTS: Counter[str] = Counter()
+
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)(?P<attrs>[^\n]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
+                    re.DOTALL | re.MULTILINE)
+_TITLE = re.compile(r'title="(?P<title>[^"]*)"')
+_SNIPPET = re.compile(r'^--8<-- "(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"$')
+
+
+@dataclass(frozen=True)
+class Block:
+    lang: str
+    title: str | None
+    body: str
+    line: int
+
+
+def blocks(page: Path) -> list[Block]:
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for match in _FENCE.finditer(text):
+        title = _TITLE.search(match["attrs"])
+        found.append(Block(
+            lang=match["lang"], title=title["title"] if title else None,
+            body=textwrap.dedent(match["body"]), line=text.count("\n", 0, match.start()) + 1,
+        ))
+    return found
+
+
+def _conversation(data: Any) -> None:
+    assert set(data) <= {"flow", "config", "turns"} and data["flow"] and data["turns"], "not a conversation file"
+    ScriptedProvider([reply for turn in data["turns"] for reply in turn.get("replies", [])])
+    assert all(isinstance(turn["user"], str) for turn in data["turns"])
+
+
+def _flow_names(data: Any) -> None:
+    assert isinstance(data, list) and all(isinstance(name, str) for name in data), "not a list of flow names"
+
+
+def _envelope_failure(data: Any) -> None:
+    envelope = TurnEnvelope.model_validate(data)
+    assert envelope.success is False and envelope.code and envelope.request_id
+    # The page shows the code's own fixed sentence, not one of its own making.
+    assert envelope.message == public_message(envelope.code), public_message(envelope.code)
+
+
+#: What a json block's title may say, and the check the code that reads such JSON would make.
+JSON_KINDS: dict[str, Callable[[Any], Any]] = {
+    "POST /ai/run request": RunRequest.model_validate,
+    "POST /ai/run response": TurnEnvelope.model_validate,
+    "POST /ai/run failure": _envelope_failure,
+    "POST /ai/end response": EndEnvelope.model_validate,
+    "POST /ai/files request": FileUploadRequest.model_validate,
+    "GET /ai/flows response": _flow_names,
+    "Scripted replies": ScriptedProvider,
+    "Conversation": _conversation,
+    "Scenario": Scenario.model_validate,
+    "Session document": SessionDoc.model_validate,
+}
+
+
+def _section(path: str, section: str | None) -> str:
+    source = (ROOT / path).read_text(encoding="utf-8")
+    if section is None:
+        return source
+    start, end = f"# --8<-- [start:{section}]\n", f"# --8<-- [end:{section}]"
+    assert start in source and end in source, f"{path} has no section {section!r}"
+    return source.split(start, 1)[1].split(end, 1)[0]
+
+
+def _snippet_lines(body: str) -> list[re.Match[str]] | None:
+    lines = [line for line in body.splitlines() if line.strip()]
+    matches = [_SNIPPET.match(line.strip()) for line in lines]
+    return matches if lines and all(matches) else None  # type: ignore[return-value]
+
+
+def _compile(source: str, name: str) -> Any:
+    return compile(source, name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+
+
+def run_page(page: Path) -> Counter[str]:
+    """Check every block of ``page``; the counts of python blocks run, fragments, inclusions and json checked."""
+    counts: Counter[str] = Counter()
+    found = blocks(page)
+    namespace: dict[str, Any] = {"__name__": f"docs_page_{page.stem.replace('-', '_')}"}
+    loop = asyncio.new_event_loop()
+    try:
+        for index, block in enumerate(found):
+            where = f"{page.relative_to(ROOT)}:{block.line}"
+            if block.lang == "json":
+                assert block.title in JSON_KINDS, f"{where}: a json block needs a title among {sorted(JSON_KINDS)}"
+                snippets = _snippet_lines(block.body)
+                text = "".join(_section(m["path"], m["section"]) for m in snippets) if snippets else block.body
+                JSON_KINDS[block.title](json.loads(text))
+                counts["json"] += 1
+                continue
+            if block.lang != "python":
+                continue
+            snippets = _snippet_lines(block.body)
+            if snippets:
+                for match in snippets:
+                    _compile(textwrap.dedent(_section(match["path"], match["section"])), where)
+                counts["included"] += 1
+                continue
+            code = _compile(block.body, where)
+            if block.body.startswith("# fragment"):
+                counts["fragment"] += 1
+                continue
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                result = eval(code, namespace)  # noqa: S307 - the docs' own examples
+                if asyncio.iscoroutine(result):
+                    loop.run_until_complete(result)
+            counts["executed"] += 1
+            following = found[index + 1] if index + 1 < len(found) else None
+            if following is not None and following.lang == "text" and following.title == "Output":
+                shown = [line.rstrip() for line in following.body.rstrip().splitlines()]
+                assert [line.rstrip() for line in printed.getvalue().rstrip().splitlines()] == shown, (
+                    f"{where}: the block printed\n{printed.getvalue()}\nwhere the page shows\n{following.body}"
+                )
+                counts["output"] += 1
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    return counts
+
+
+@pytest.fixture
+def repository_root(monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.syspath_prepend(str(ROOT))
+    for variable in ("PICOFLOW_SCRIPT", "PICOFLOW_FLOWS", "SESSION_STORE"):
+        monkeypatch.delenv(variable, raising=False)
+    return ROOT
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(DOCS)) for page in PAGES])
+def test_the_examples_of_the_page_run_as_shown(page: Path, repository_root: Path) -> None:
+    counts = run_page(page)
+    COUNTS.update(counts)
+    COUNTS["pages"] += 1
+
+
+def test_the_conventions_are_applied_somewhere() -> None:
+    # Without any of each, a broken collector (a fence pattern that matches nothing) would pass everything.
+    kinds: Counter[str] = Counter()
+    for page in PAGES:
+        for block in blocks(page):
+            kinds[block.lang] += 1
+            kinds["fragment"] += block.lang == "python" and block.body.startswith("# fragment")
+            kinds["output"] += block.lang == "text" and block.title == "Output"
+            kinds["snippet"] += block.lang == "python" and _snippet_lines(block.body) is not None
+    assert kinds["python"] > 40 and kinds["json"] >= 5 and kinds["fragment"] and kinds["output"] >= 5
+    assert kinds["snippet"] >= 10
+
+
+def summary() -> str | None:
+    """The closing line of a run that checked pages, for ``pytest_terminal_summary``."""
+    if not COUNTS["pages"]:
+        return None
+    return (
+        f"docs examples: {COUNTS['pages']} pages, {COUNTS['executed']} python blocks executed "
+        f"({COUNTS['output']} with their output compared), {COUNTS['fragment']} fragments compiled, "
+        f"{COUNTS['included']} included from tested modules, {COUNTS['json']} json blocks validated"
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover - a quick look at one page: python tests/test_docs_examples.py PAGE
+    sys.path.insert(0, str(ROOT))
+    print(run_page(Path(sys.argv[1]).resolve()))

@@ -1,0 +1,99 @@
+"""The documentation site builds strictly (no broken link, reference or include) and renders in Chromium.
+
+``mkdocs build --strict`` runs once for the module into a temporary folder; the built folder is then served on a
+loopback port and the home page and a tutorial page are opened in Debian's Chromium (screenshots go to
+``ignore/screenshots/``, as the other browser tests' do).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.browser import SCREENSHOTS, launched_chromium
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_TIMEOUT_SECONDS = 300
+PAGE_TIMEOUT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("site")
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
+        cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(f"mkdocs build --strict: {time.monotonic() - started:.1f} s")
+    return folder
+
+
+def test_the_site_builds_strictly_with_every_section(site: Path) -> None:
+    for page in ("index.html", "get-started/first-flow/index.html", "tutorials/basic/18-testing/index.html",
+                 "tutorials/hotel/index.html", "tutorials/support/index.html", "reference/authoring/index.html"):
+        assert (site / page).is_file(), page
+    reference = (site / "reference/authoring/index.html").read_text(encoding="utf-8")
+    # The API reference is generated from the docstrings, not written by hand.
+    for docstring in ("Run a registered child step inside this turn", "A deterministic step"):
+        assert docstring in reference
+    # Pages show the code of the tutorial modules they include, not the include line.
+    tutorial = (site / "tutorials/basic/04-tools/index.html").read_text(encoding="utf-8")
+    assert "save_name" in tutorial and "--8&lt;--" not in tutorial and "--8<--" not in tutorial
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's parameter name
+        pass
+
+
+@pytest.fixture(scope="module")
+def served(site: Path) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.parametrize(
+    ("path", "heading", "shot"),
+    [
+        ("/", "PicoFlow for Python", "docs-home.png"),
+        ("/tutorials/basic/05-go-and-stay/", "5. Routing with go and stay", "docs-tutorial.png"),
+    ],
+)
+def test_a_page_renders_in_chromium(served: str, path: str, heading: str, shot: str) -> None:
+    with launched_chromium() as chromium:
+        context = chromium.new_context(viewport={"width": 1200, "height": 800})
+        context.set_default_timeout(PAGE_TIMEOUT_MS)
+        page = context.new_page()
+        failed: list[str] = []
+        page.on("requestfailed", lambda request: failed.append(request.url))
+        page.goto(served + path, wait_until="load")
+        assert page.locator("article h1").first.inner_text().strip().rstrip("¶").strip() == heading
+        # The theme's stylesheet applied (the header bar is laid out), and the navigation lists the sections.
+        assert page.locator("header.md-header").first.bounding_box()["height"] > 20
+        assert page.get_by_role("navigation").first.is_visible()
+        assert page.locator("pre code").count() >= 1
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / shot), full_page=False)
+        context.close()
+    assert not [url for url in failed if url.startswith(served)], failed
