@@ -18,12 +18,14 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import Token
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from picoflow.messages import content_text, usage_from_message
@@ -75,6 +77,12 @@ _ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"
 _tracer = trace.get_tracer("picoflow")
 
 
+def set_tracer_provider(provider: trace.TracerProvider | None) -> None:
+    """Send PicoFlow's spans to ``provider`` instead of the process's global one (None: back to the global)."""
+    global _tracer
+    _tracer = provider.get_tracer("picoflow") if provider is not None else trace.get_tracer("picoflow")
+
+
 def session_digest(session_id: str) -> str:
     """What telemetry and log lines name a session by: a digest, since the id itself lets its holder continue."""
     return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:16]
@@ -96,10 +104,23 @@ def provider_name(provider: str) -> str:
 @dataclass
 class _Turn:
     span: Span
+    capture: bool
     conversation: str | None = None
+
+    def attributes(self, attributes: dict[str, Any]) -> dict[str, Any]:
+        """``attributes`` and the session's digest, for a span of this turn."""
+        if self.conversation is not None:
+            attributes[CONVERSATION] = self.conversation
+        return attributes
 
 
 _turn: contextvars.ContextVar[_Turn | None] = contextvars.ContextVar("picoflow_trace_turn", default=None)
+
+
+def _traced() -> _Turn | None:
+    """The running turn when its span records: the spans inside a turn are made only then."""
+    running = _turn.get()
+    return running if running is not None and running.span.is_recording() else None
 
 
 class TurnSpan:
@@ -117,9 +138,8 @@ class TurnSpan:
                 span.set_attribute(CONVERSATION, self.running.conversation)
             span.set_attribute(COMPLETED, response.completed)
             if not response.success:
-                span.set_attribute(ERROR_TYPE, response.error_code or "_OTHER")
-                span.set_status(Status(StatusCode.ERROR))
-            elif capture_content() and isinstance(response.message, str):
+                _failed(span, response.error_code or "_OTHER")
+            elif self.running.capture and isinstance(response.message, str):
                 reply = {"role": "assistant", "parts": [_text_part(response.message)], "finish_reason": "stop"}
                 span.set_attribute(OUTPUT_MESSAGES, _json([reply]))
         return response
@@ -132,9 +152,9 @@ def turn(flow_name: str, user_message: str | None) -> Iterator[TurnSpan]:
         f"invoke_workflow {flow_name}",
         attributes={OPERATION: "invoke_workflow", WORKFLOW_NAME: flow_name, AGENT_NAME: flow_name},
     )
-    if span.is_recording() and user_message and capture_content():
+    running = _Turn(span, span.is_recording() and capture_content())
+    if running.capture and user_message:
         span.set_attribute(INPUT_MESSAGES, _json([{"role": "user", "parts": [_text_part(user_message)]}]))
-    running = _Turn(span)
     token = _turn.set(running)
     try:
         with _current(span):
@@ -145,15 +165,10 @@ def turn(flow_name: str, user_message: str | None) -> Iterator[TurnSpan]:
 
 def conversation(session_id: str) -> None:
     """Name the running turn's session (by its digest) on the turn's span and on every span opened after."""
-    running = _turn.get()
-    if running is not None and running.span.is_recording():
+    running = _traced()
+    if running is not None:
         running.conversation = session_digest(session_id)
         running.span.set_attribute(CONVERSATION, running.conversation)
-
-
-def _conversation() -> str | None:
-    running = _turn.get()
-    return None if running is None else running.conversation
 
 
 # -- step runs and their tool calls ---------------------------------------------------------------
@@ -176,43 +191,45 @@ class _Runs:
     def __init__(self) -> None:
         self.step_id: str | None = None
         self.step: Span | None = None
-        self.step_token: object = None
+        self.step_token: Token[Context] | None = None
         self.tool: Span | None = None
-        self.tool_token: object = None
+        self.tool_token: Token[Context] | None = None
 
     def enter(self, step: StepLike) -> None:
         self.close(None)
-        span = _tracer.start_span(f"invoke_agent {step.id}", attributes={OPERATION: "invoke_agent",
-                                                                          AGENT_NAME: step.id})
-        self.step_id, self.step = step.id, span
-        if span.is_recording():
-            _set_conversation(span)
-            if not step.is_logic():
-                selection = step.model_selection()
-                span.set_attributes({PROVIDER: provider_name(selection.provider), REQUEST_MODEL: selection.name})
-            self.step_token = otel_context.attach(trace.set_span_in_context(span))
+        self.step_id = step.id
+        running = _traced()
+        if running is None:
+            return
+        attributes = running.attributes({OPERATION: "invoke_agent", AGENT_NAME: step.id})
+        if not step.is_logic():
+            selection = step.model_selection()
+            attributes.update({PROVIDER: provider_name(selection.provider), REQUEST_MODEL: selection.name})
+        self.step = _tracer.start_span(f"invoke_agent {step.id}", attributes=attributes)
+        self.step_token = otel_context.attach(trace.set_span_in_context(self.step))
 
-    def start_tool(self, call: Mapping[str, Any]) -> None:
-        span = _tracer.start_span(f"execute_tool {call['name']}", attributes={OPERATION: "execute_tool",
-                                                                               TOOL_NAME: call["name"]})
+    def start_tool(self, running: _Turn, call: Mapping[str, Any]) -> None:
+        attributes = running.attributes({OPERATION: "execute_tool", TOOL_NAME: call["name"]})
         if call.get("id"):
-            span.set_attribute(TOOL_CALL_ID, call["id"])
-        _set_conversation(span)
-        if capture_content():
-            span.set_attribute(TOOL_ARGUMENTS, _json(call.get("args") or {}))
+            attributes[TOOL_CALL_ID] = call["id"]
+        if running.capture:
+            attributes[TOOL_ARGUMENTS] = _json(call.get("args") or {})
+        span = _tracer.start_span(f"execute_tool {call['name']}", attributes=attributes)
         self.tool, self.tool_token = span, otel_context.attach(trace.set_span_in_context(span))
 
     def end_tool(self, result: BaseMessage | None, error: BaseException | None = None) -> None:
         span, self.tool = self.tool, None
         if span is None:
             return
-        otel_context.detach(self.tool_token)
+        if self.tool_token is not None:
+            otel_context.detach(self.tool_token)
+            self.tool_token = None
         if error is not None:
             _failed(span, type(error).__qualname__)
         elif isinstance(result, ToolMessage):
             if result.status == "error":
                 _failed(span, "tool_error")
-            elif capture_content():
+            elif span.is_recording() and capture_content():
                 span.set_attribute(TOOL_RESULT, content_text(result.content))
         span.end()
 
@@ -221,10 +238,11 @@ class _Runs:
         span, self.step = self.step, None
         if span is None:
             return
-        if span.is_recording():
+        if self.step_token is not None:
             otel_context.detach(self.step_token)
-            if error is not None:
-                _failed(span, type(error).__qualname__)
+            self.step_token = None
+        if error is not None:
+            _failed(span, type(error).__qualname__)
         span.end()
 
 
@@ -257,8 +275,9 @@ def step_run(step: StepLike) -> None:
 class _ToolCalls:
     """The calls of one model answer; each is traced from when it is taken until the next one is."""
 
-    def __init__(self, runs: _Runs, calls: Sequence[Mapping[str, Any]], results: list[BaseMessage]) -> None:
-        self.runs, self.calls, self.results = runs, calls, results
+    def __init__(self, runs: _Runs, running: _Turn, calls: Sequence[Mapping[str, Any]],
+                 results: list[BaseMessage]) -> None:
+        self.runs, self.running, self.calls, self.results = runs, running, calls, results
         self.index = 0
 
     def __iter__(self) -> _ToolCalls:
@@ -274,17 +293,17 @@ class _ToolCalls:
             raise StopIteration
         call = self.calls[self.index]
         self.index += 1
-        self.runs.start_tool(call)
+        self.runs.start_tool(self.running, call)
         return call
 
 
 def tool_calls(calls: Sequence[Mapping[str, Any]], results: list[BaseMessage]) -> Iterator[Any]:
     """Iterate ``calls`` with an ``execute_tool`` span around each; its status comes from the call's message
     in ``results`` (a tool message with status ``error`` marks the span failed)."""
-    runs = _runs.get()
-    if runs is None or runs.step is None or not runs.step.is_recording():
+    runs, running = _runs.get(), _traced()
+    if runs is None or runs.step is None or running is None:
         return iter(calls)
-    return _ToolCalls(runs, calls, results)
+    return _ToolCalls(runs, running, calls, results)
 
 
 # -- model calls ----------------------------------------------------------------------------------
@@ -293,8 +312,8 @@ def tool_calls(calls: Sequence[Mapping[str, Any]], results: list[BaseMessage]) -
 class ModelCallSpan:
     """The span of one model call; ``answered`` and ``used`` record what the answer reports."""
 
-    def __init__(self, span: Span) -> None:
-        self.span = span
+    def __init__(self, span: Span, requested: str | None = None, capture: bool = False) -> None:
+        self.span, self.requested, self.capture = span, requested, capture
 
     def answered(self, output: Any) -> Any:
         """Record the usage, finish reason and model an answer (an ``AIMessage`` or a structured output's
@@ -303,31 +322,26 @@ class ModelCallSpan:
         if not span.is_recording():
             return output
         message = output.get("raw") if isinstance(output, Mapping) else output
-        if isinstance(message, AIMessage):
-            self.used(usage_from_message(message))
-            metadata = message.response_metadata or {}
-            reasons = [str(metadata[key]) for key in _FINISH_KEYS if metadata.get(key)]
-            if reasons:
-                span.set_attribute(FINISH_REASONS, reasons[:1])
-            model = metadata.get("model_name") or metadata.get("model")
-            if isinstance(model, str) and model:
-                span.set_attribute(RESPONSE_MODEL, model)
-            if capture_content():
-                reply = {**_as_message(message), **({"finish_reason": reasons[0]} if reasons else {})}
-                span.set_attribute(OUTPUT_MESSAGES, _json([reply]))
+        if not isinstance(message, AIMessage):
+            return output
+        attributes = _usage_attributes(usage_from_message(message))
+        metadata = message.response_metadata or {}
+        reasons = [str(metadata[key]) for key in _FINISH_KEYS if metadata.get(key)]
+        if reasons:
+            attributes[FINISH_REASONS] = reasons[:1]
+        model = metadata.get("model_name") or metadata.get("model")
+        if isinstance(model, str) and model and model != self.requested:
+            attributes[RESPONSE_MODEL] = model
+        if self.capture:
+            reply = {**_as_message(message), **({"finish_reason": reasons[0]} if reasons else {})}
+            attributes[OUTPUT_MESSAGES] = _json([reply])
+        span.set_attributes(attributes)
         return output
 
     def used(self, usage: TokenUsage | None) -> None:
         """Record token usage reported apart from a message (a decision provider's)."""
-        if usage is None or not self.span.is_recording():
-            return
-        self.span.set_attributes({INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens})
-        # The breakdowns only when reported: most calls read or write no cache and do no reasoning.
-        for attribute, count in ((CACHE_READ_TOKENS, usage.cached_input_tokens),
-                                 (CACHE_WRITE_TOKENS, usage.cache_creation_input_tokens),
-                                 (REASONING_TOKENS, usage.reasoning_tokens)):
-            if count:
-                self.span.set_attribute(attribute, count)
+        if usage is not None and self.span.is_recording():
+            self.span.set_attributes(_usage_attributes(usage))
 
 
 @contextmanager
@@ -336,24 +350,29 @@ def model_call(
     request: Sequence[BaseMessage] | None = None,
 ) -> Iterator[ModelCallSpan]:
     """The ``chat {model}`` span of one model call made for ``purpose`` (``chat``, ``decision`` or ``summary``)."""
-    attributes: dict[str, Any] = {OPERATION: "chat", PURPOSE: purpose}
+    running = _traced()
+    if running is None:
+        yield _UNTRACED
+        return
+    attributes = running.attributes({OPERATION: "chat", PURPOSE: purpose})
+    if step_id:
+        attributes[STEP] = step_id
     if selection is not None:
         attributes[PROVIDER] = provider_name(selection.provider)
         attributes[REQUEST_MODEL] = selection.name
+        for key, attribute in _REQUEST_PARAMS.items():
+            value = selection.params.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                attributes[attribute] = value
+    if request and running.capture:
+        attributes[INPUT_MESSAGES] = _json([_as_message(message) for message in request])
     name = f"chat {selection.name}" if selection is not None else "chat"
     span = _tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
-    if span.is_recording():
-        _set_conversation(span)
-        if step_id:
-            span.set_attribute(STEP, step_id)
-        for key, attribute in _REQUEST_PARAMS.items():
-            value = selection.params.get(key) if selection is not None else None
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                span.set_attribute(attribute, value)
-        if request and capture_content():
-            span.set_attribute(INPUT_MESSAGES, _json([_as_message(message) for message in request]))
     with _current(span):
-        yield ModelCallSpan(span)
+        yield ModelCallSpan(span, selection.name if selection is not None else None, running.capture)
+
+
+_UNTRACED = ModelCallSpan(trace.INVALID_SPAN)
 
 
 def decision_route(step: str | None) -> None:
@@ -393,10 +412,15 @@ def _failed(span: Span, error_type: str) -> None:
         span.set_status(Status(StatusCode.ERROR))
 
 
-def _set_conversation(span: Span) -> None:
-    digest = _conversation()
-    if digest is not None:
-        span.set_attribute(CONVERSATION, digest)
+def _usage_attributes(usage: TokenUsage) -> dict[str, Any]:
+    attributes: dict[str, Any] = {INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens}
+    # The breakdowns only when reported: most calls read or write no cache and do no reasoning.
+    for attribute, count in ((CACHE_READ_TOKENS, usage.cached_input_tokens),
+                             (CACHE_WRITE_TOKENS, usage.cache_creation_input_tokens),
+                             (REASONING_TOKENS, usage.reasoning_tokens)):
+        if count:
+            attributes[attribute] = count
+    return attributes
 
 
 def _text_part(text: str) -> dict[str, Any]:
@@ -406,6 +430,7 @@ def _text_part(text: str) -> dict[str, Any]:
 def _as_message(message: BaseMessage) -> dict[str, Any]:
     """A message in the conventions' ``{role, parts}`` shape."""
     text = content_text(message.content)
+    parts: list[dict[str, Any]]
     if isinstance(message, ToolMessage):
         parts = [{"type": "tool_call_response", "id": message.tool_call_id, "result": text}]
     else:
