@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from picoflow import telemetry
 from picoflow.context import TurnFiles, TurnServices, bounded_turn, current_deadline, turn_deadline
 from picoflow.errors import (
     BadRequestError,
@@ -154,7 +155,8 @@ class FlowEngine:
                     reserved_config=flow_cls.allowed_private_config,
                 )
                 async with self._locks.hold(turn.session_id or turn.first_id):
-                    return await self._turn(replace(turn, file_data=file_data))
+                    with telemetry.turn(flow_name, turn.message) as traced:
+                        return traced.answered(await self._turn(replace(turn, file_data=file_data)))
             except PicoFlowError as exc:
                 return RunResponse.failure(exc, session, request_id)
             except Exception as exc:  # noqa: BLE001 - run() answers every failure with an envelope
@@ -178,6 +180,7 @@ class FlowEngine:
         if isinstance(opened, RunResponse):
             return opened
         doc, found_revision = opened
+        telemetry.conversation(doc.id)
         tokens_before = doc.tokens.model_copy()
         try:
             flow.run_context.bind(doc, self._services(flow), TurnFiles(self.file_store, turn.files, turn.file_data))

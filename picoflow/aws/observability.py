@@ -6,7 +6,6 @@ or keys. The library's ``picoflow`` logger writes through the same JSON handler,
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 import os
@@ -19,6 +18,7 @@ from aws_lambda_powertools.shared.functions import strtobool
 
 from picoflow import RunResponse
 from picoflow.logger import LIBRARY_LOGGER_NAME, library_log
+from picoflow.telemetry import session_digest
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Tracer
@@ -55,8 +55,8 @@ tracer = _tracer()
 
 
 def session_log_id(session_id: str) -> str:
-    """What log lines carry for a session: a digest, since the id itself lets anyone holding it continue."""
-    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:16]
+    """What log lines carry for a session: the digest its trace spans carry as ``gen_ai.conversation.id``."""
+    return session_digest(session_id)
 
 
 def correlate(session_id: str) -> None:

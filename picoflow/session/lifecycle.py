@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from picoflow import telemetry
 from picoflow.context import SummaryConfig, before_deadline, model_call_for, read_back_budget, within_turn
 from picoflow.errors import (
     BadRequestError,
@@ -59,7 +60,7 @@ from picoflow.session.store import SessionStore
 
 if TYPE_CHECKING:
     from picoflow.flow import Flow
-    from picoflow.models.registry import ProviderRegistry
+    from picoflow.models.registry import ModelSelection, ProviderRegistry
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # Compaction is forced once a document reaches this share of the store's size limit.
@@ -328,6 +329,7 @@ async def compact(flow: Flow, providers: ProviderRegistry, *, force: bool) -> bo
                     model=model,
                     config=memory.summary_config,
                     force=force,
+                    selection=memory.summary_model,
                 ),
                 reserve=SAVE_RESERVE_SECONDS,
             )
@@ -593,12 +595,14 @@ async def compact_history(
     model: BaseChatModel,
     config: SummaryConfig,
     force: bool = False,
+    selection: ModelSelection | None = None,
 ) -> CompactionResult | None:
     """Fold the older messages of one namespace into its rolling summary.
 
     Returns None when the namespace holds fewer than ``config.min_messages`` messages, its system slot
     counted (unless ``force``), or when no cut can keep tool calls together with their results. Errors of
-    the summary model propagate; an empty summary raises ``CompactionError``.
+    the summary model propagate; an empty summary raises ``CompactionError``. ``selection`` (the model's)
+    names the call's trace span.
     """
     if len(messages) <= 1:
         return None
@@ -609,8 +613,9 @@ async def compact_history(
         return None
 
     summarised = list(messages[1:cut])
-    with model_call_for("summary", None):
-        response = await model.ainvoke(build_summary_request(summarised, previous_summary, context=messages))
+    request = build_summary_request(summarised, previous_summary, context=messages)
+    with model_call_for("summary", None), telemetry.model_call(selection, "summary", None, request) as traced:
+        response = traced.answered(await model.ainvoke(request))
     summary = _content_text(response.content).strip()
     if not summary:
         raise CompactionError("The summary model returned an empty summary.")

@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from picoflow import telemetry
 from picoflow.context import TurnServices, cancellation_signal, time_left
 from picoflow.decision import (
     RESERVED_FACT_KEYS,
@@ -81,7 +82,9 @@ async def decide(step: DecisionStep) -> Transition:
     # The decision hooks answer for their step as a tool handler does: direct(text) replies from it.
     with handling(step, None):
         result = await step.on_decision(answers, context)
-    return _route(step, result, "on_decision()")
+    transition = _route(step, result, "on_decision()")
+    telemetry.decision_route(transition.step)
+    return transition
 
 
 def _questions(step: DecisionStep) -> dict[str, Question]:
@@ -133,7 +136,9 @@ async def _ask(
             signal.raise_if_cancelled()
         timeout = _attempt_timeout(request.timeout_ms)
         try:
-            result = await asyncio.wait_for(provider.decide(request), timeout)
+            with telemetry.model_call(request.selection, "decision", step.id) as traced:
+                result = await asyncio.wait_for(provider.decide(request), timeout)
+                traced.used(result.usage if isinstance(result, DecisionResult) else None)
         except ParallelCancelledError:
             raise
         except DecisionValidationError as exc:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
 
+from picoflow import telemetry
 from picoflow.context import (
     PROMPT_KEY,
     call_deadline,
@@ -139,7 +140,8 @@ async def run_model_loop(step: Step, user_message: str | None) -> Any:
     attached = step.flow.run_context.files.take_attached() if step.accepts_attachments() else []
     content = with_files(user_message, attached) if attached else user_message
     incoming = HumanMessageEx(step, content) if content else None
-    return await _drive(step.flow, incoming)
+    with telemetry.step_runs():
+        return await _drive(step.flow, incoming)
 
 
 async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
@@ -147,6 +149,7 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
     fallback: tuple[str, ModelSelection] | None = None
     for _ in range(MAX_HOPS_PER_TURN):
         step = flow.get_executing_step()
+        telemetry.step_run(step)
         if step.id != prior:
             if flow.checkpoint_on_crossing and not execution_frames(flow):
                 await flow.checkpoint()
@@ -348,7 +351,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
 
     exposed = set(offered_tool_names(step))
     offered = await _offered_mcp_tools(step)
-    for call in calls:
+    for call in telemetry.tool_calls(calls, outcome.messages):
         name = call["name"]
         if name in offered:
             await _dispatch_offered(flow, step, call, offered[name], outcome)
@@ -620,7 +623,8 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
             )
         timeout = _attempt_timeout(step)
         try:
-            output = await _invoke(runnable, request, timeout, signal, step.id)
+            with telemetry.model_call(selection, "chat", step.id, request) as traced:
+                output = traced.answered(await _invoke(runnable, request, timeout, signal, step.id))
         except TimeoutError as exc:
             limit = f"{timeout * 1000:.0f} ms"
             failure = _Failure("invocation_error", "timeout", f"the model call exceeded {limit}", attempt, exc)
