@@ -11,6 +11,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import boto3
 import pytest
@@ -23,6 +24,8 @@ from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.errors import PUBLIC_MESSAGES
 from picoflow.files import store as file_store
 from picoflow.files.refs import new_file_id
+from picoflow.files.s3_store import S3FileStore
+from picoflow.files.store import FileRecord
 from tests.support.files import EXECUTABLE, INVOICE_PDF, INVOICE_PNG, b64, contains_file, invoice_replies
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -250,3 +253,68 @@ def test_the_routes_are_in_the_openapi_document():
     schema = openapi_schema()
     assert "/ai/files" in schema["paths"]
     assert "files" in schema["components"]["schemas"]["RunRequest"]["properties"]
+
+
+# -- names: cut by their UTF-8 bytes, so S3's 2 KB of user metadata always holds the record ----------------
+
+S3_METADATA_LIMIT = 2048
+FOUR_BYTE_NAME = "\U0001F600" * 300  # 1,200 UTF-8 bytes; 3,600 once percent-encoded for S3
+
+
+def _metadata_size(metadata: dict[str, str]) -> int:
+    # As S3 counts it, with each key's header prefix on top (so the check errs on the strict side).
+    return sum(len(f"x-amz-meta-{key}".encode()) + len(value.encode()) for key, value in metadata.items())
+
+
+def _stored_metadata(files_api: FilesApi, file_id: str) -> dict[str, str]:
+    return files_api.s3.head_object(Bucket=BUCKET, Key=f"uploads/{file_id}")["Metadata"]
+
+
+def test_a_name_of_300_four_byte_characters_is_cut_to_whole_characters_s3_accepts(files_api):
+    status, ticket = files_api.open_upload(FOUR_BYTE_NAME, "image/png", len(INVOICE_PNG))
+    assert status == 200, ticket
+    signed = {key[len("x-amz-meta-"):]: value for key, value in ticket["uploadHeaders"].items()
+              if key.startswith("x-amz-meta-")}
+    assert _metadata_size(signed) <= S3_METADATA_LIMIT
+    put = requests.put(ticket["uploadUrl"], data=INVOICE_PNG, headers=ticket["uploadHeaders"], timeout=10)
+    assert put.status_code == 200
+    assert unquote(_stored_metadata(files_api, ticket["fileId"])["name"]) == "\U0001F600" * 63
+
+    record = _assert_extracted(*files_api.run([ticket["fileId"]]))
+
+    assert record["file_name"] == "\U0001F600" * 63
+
+
+def test_an_inline_file_with_a_long_name_is_stored_under_the_cut_name(files_api):
+    inline = {"name": FOUR_BYTE_NAME, "contentType": "image/png", "data": b64(INVOICE_PNG)}
+
+    _assert_extracted(*files_api.run([inline]))
+
+    [key] = files_api.objects()
+    metadata = _stored_metadata(files_api, key.removeprefix("uploads/"))
+    assert _metadata_size(metadata) <= S3_METADATA_LIMIT
+    assert unquote(metadata["name"]) == "\U0001F600" * 63
+
+
+def test_a_10_kb_name_is_cut_keeping_its_suffix_and_a_blank_one_is_refused_truthfully(files_api):
+    status, ticket = files_api.open_upload("scan-" * 2048 + ".png", "image/png", len(INVOICE_PNG))
+    assert status == 200, ticket
+    requests.put(ticket["uploadUrl"], data=INVOICE_PNG, headers=ticket["uploadHeaders"], timeout=10)
+    name = unquote(_stored_metadata(files_api, ticket["fileId"])["name"])
+    assert name.startswith("scan-scan-") and name.endswith(".png") and len(name.encode()) == 255
+
+    status, body = files_api.open_upload("   ", "image/png", len(INVOICE_PNG))
+    assert (status, body["message"]) == (400, "name must be a non-empty string.")
+
+
+async def test_the_s3_store_fits_any_record_name_into_the_metadata_limit(files_api):
+    store = S3FileStore(BUCKET, client=files_api.s3)
+    record = FileRecord(id=new_file_id(), name="\u00e9" * 2000, content_type="image/png", size=len(INVOICE_PNG),
+                        owner="o" * 32, session="s" * 128, expires_at=2_000_000_000)
+
+    await store.put(record, INVOICE_PNG)
+
+    assert _metadata_size(_stored_metadata(files_api, record.id)) <= S3_METADATA_LIMIT
+    described = await store.describe(record.id)
+    assert described is not None and described.session == "s" * 128
+    assert described.name == "\u00e9" * len(described.name) and 200 < len(described.name) < 2000

@@ -26,7 +26,7 @@ class InlineFile(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    name: str = Field(min_length=1, max_length=1024)
+    name: str = Field(min_length=1, description="Shown to the model; a long name is cut to 255 UTF-8 bytes.")
     content_type: str = Field(alias="contentType", min_length=1, max_length=255)
     data: str = Field(description="The file's bytes, base64-encoded.")
 
