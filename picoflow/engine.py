@@ -25,8 +25,9 @@ from picoflow.errors import (
     SessionTooLargeError,
     TurnDeadlineError,
 )
+from picoflow.files.intake import store_inline
 from picoflow.files.refs import FileRef
-from picoflow.files.store import FileStore
+from picoflow.files.store import FileRecord, FileStore
 from picoflow.flow import Flow
 from picoflow.mcp import MCPUnavailableError
 from picoflow.models.registry import ModelProvider, ProviderRegistry
@@ -130,11 +131,15 @@ class FlowEngine:
         request_id: str | None = None,
         files: Iterable[FileRef] = (),
         file_data: Mapping[str, bytes] | None = None,
+        inline_files: Iterable[FileRecord] = (),
     ) -> RunResponse:
         """Run one turn; never raises — failures come back as a ``RunResponse`` with ``success=False``.
 
         ``files`` (already checked and stored, see ``picoflow.files.intake``) join the user's message as
         references; ``file_data`` holds bytes already read for them, so the turn does not read them again.
+        ``inline_files`` (the records ``take_files`` made for inline files, their bytes in ``file_data``) are
+        stored only once the request has passed every check, the session's included: a refused request or a
+        replayed turn stores nothing.
 
         With ``idempotency_key`` the turn is applied at most once: its receipt is written in the same
         conditional write as the session, and a retry with the same key (and ``caller``) gets the
@@ -154,7 +159,7 @@ class FlowEngine:
                     reserved_config=flow_cls.allowed_private_config,
                 )
                 async with self._locks.hold(turn.session_id or turn.first_id):
-                    return await self._turn(replace(turn, file_data=file_data))
+                    return await self._turn(replace(turn, file_data=file_data, inline_files=tuple(inline_files)))
             except PicoFlowError as exc:
                 return RunResponse.failure(exc, session, request_id)
             except Exception as exc:  # noqa: BLE001 - run() answers every failure with an envelope
@@ -178,6 +183,7 @@ class FlowEngine:
         if isinstance(opened, RunResponse):
             return opened
         doc, found_revision = opened
+        await store_inline(self.file_store, turn.inline_files, turn.file_data or {})
         tokens_before = doc.tokens.model_copy()
         try:
             flow.run_context.bind(doc, self._services(flow), TurnFiles(self.file_store, turn.files, turn.file_data))

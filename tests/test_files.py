@@ -39,8 +39,10 @@ class FilesApi:
         self.table = table
         self.s3 = s3
 
-    def call(self, path: str, body: Any, *, claims: dict | None = None, session: str | None = None):
-        event = http_event("POST", path, body=body, headers={"CHAT_SESSION_ID": session} if session else None)
+    def call(self, path: str, body: Any, *, claims: dict | None = None, session: str | None = None,
+             key: str | None = None):
+        headers = {**({"CHAT_SESSION_ID": session} if session else {}), **({"Idempotency-Key": key} if key else {})}
+        event = http_event("POST", path, body=body, headers=headers or None)
         if claims is not None:
             event["requestContext"]["authorizer"] = {"jwt": {"claims": claims, "scopes": None}}
         result = api.lambda_handler(event, FakeLambdaContext())
@@ -59,8 +61,9 @@ class FilesApi:
         assert put.status_code == 200
         return ticket["fileId"]
 
-    def run(self, files: list[Any], message: str = "Please extract this invoice.", **options: Any):
-        return self.call("/ai/run", {"flowName": "InvoiceFlow", "message": message, "files": files}, **options)
+    def run(self, files: list[Any], message: str = "Please extract this invoice.", flow: str = "InvoiceFlow",
+            **options: Any):
+        return self.call("/ai/run", {"flowName": flow, "message": message, "files": files}, **options)
 
     def documents(self) -> list[dict[str, Any]]:
         items = self.table.client.scan(TableName=self.table.name, ConsistentRead=True)["Items"]
@@ -318,3 +321,31 @@ async def test_the_s3_store_fits_any_record_name_into_the_metadata_limit(files_a
     described = await store.describe(record.id)
     assert described is not None and described.session == "s" * 128
     assert described.name == "\u00e9" * len(described.name) and 200 < len(described.name) < 2000
+
+
+# -- inline files are stored only once the request has passed every check -----------------------------------
+
+INLINE = {"name": "invoice.png", "contentType": "image/png", "data": b64(INVOICE_PNG)}
+KEY = "inline-invoice-turn-7c1f9e2a4b5d4e0f8a9b3c6d"
+
+
+def test_an_inline_file_for_an_unknown_flow_is_not_stored(files_api):
+    status, _, body = files_api.run([INLINE], flow="NoSuchFlow")
+
+    assert (status, json.loads(body)["code"]) == (400, "FLOW_NOT_FOUND")
+    assert files_api.objects() == []
+
+
+def test_a_replayed_turn_stores_no_second_copy_and_a_reused_key_stores_nothing(files_api):
+    first = files_api.run([INLINE], key=KEY)
+    _assert_extracted(*first)
+    stored = files_api.objects()
+    assert len(stored) == 1
+
+    replayed = files_api.run([INLINE], key=KEY)
+    assert replayed[0] == 200 and replayed[2] == first[2]
+    reused = files_api.run([INLINE], message="Something else entirely.", key=KEY)
+    assert (reused[0], json.loads(reused[2])["code"]) == (422, "IDEMPOTENCY_KEY_MISMATCH")
+
+    assert files_api.objects() == stored
+    assert len(files_api.model_calls()) == 3
