@@ -26,6 +26,7 @@ from picoflow.errors import (
     TurnDeadlineError,
 )
 from picoflow.files.intake import store_inline
+from picoflow.files.policy import DEFAULT_REQUEST_FILE_BYTES
 from picoflow.files.refs import FileRef
 from picoflow.files.store import FileRecord, FileStore
 from picoflow.flow import Flow
@@ -70,6 +71,7 @@ class FlowEngine:
         retry_delay: float = 0.5,
         decision_providers: Mapping[str, DecisionProvider] | None = None,
         file_store: FileStore | None = None,
+        file_budget: int = DEFAULT_REQUEST_FILE_BYTES,
     ) -> None:
         self._flows: dict[str, type[Flow]] = {}
         #: Decision providers by the provider name a decision model selection gives; others use the chat model.
@@ -80,6 +82,9 @@ class FlowEngine:
         self.retry_delay = retry_delay
         #: Where attached files are read from when a model is called; None: messages carry no files.
         self.file_store = file_store
+        #: The file bytes one model request carries in full; older or further files go as references the
+        #: model can open again (see ``picoflow.files.reader``).
+        self.file_budget = file_budget
         self._locks = lifecycle.SessionLocks()
         self.register_flows(flows)
 
@@ -186,7 +191,8 @@ class FlowEngine:
         await store_inline(self.file_store, turn.inline_files, turn.file_data or {})
         tokens_before = doc.tokens.model_copy()
         try:
-            flow.run_context.bind(doc, self._services(flow), TurnFiles(self.file_store, turn.files, turn.file_data))
+            files = TurnFiles(self.file_store, turn.files, turn.file_data, self.file_budget)
+            flow.run_context.bind(doc, self._services(flow), files)
             response = await bounded_turn(loop.answer_turn(flow, turn.message, turn.request_id))
         except _UNTOUCHED_ERRORS as exc:
             # Every save moves the revision: a restore hook's migration, a batch flow's or a checkpoint's save.
