@@ -188,7 +188,8 @@ class FlowEngine:
         if isinstance(opened, RunResponse):
             return opened
         doc, found_revision = opened
-        await store_inline(self.file_store, turn.inline_files, turn.file_data or {})
+        if turn.inline_files:
+            await store_inline(self.file_store, turn.inline_files, turn.file_data or {})
         tokens_before = doc.tokens.model_copy()
         try:
             files = TurnFiles(self.file_store, turn.files, turn.file_data, self.file_budget)

@@ -156,8 +156,6 @@ async def store_inline(store: FileStore | None, records: Sequence[FileRecord], d
     Called once a turn has passed every check of the request and its session, so a refused request or a
     replayed one stores nothing.
     """
-    if not records:
-        return
     if store is None or any(record.id not in data for record in records):
         raise FileStoreError("Inline files need a file store and their bytes.")
     try:
