@@ -84,14 +84,14 @@ async def with_file_parts(
         if isinstance(message.content, list) and any(is_file_part(part) for part in message.content):
             content = []
             for position, part in enumerate(message.content):
-                if not is_file_part(part):
+                if not isinstance(part, dict) or not is_file_part(part):
                     content.append(part)
                     continue
-                ref = part_ref(part)
-                if ref is not None and ref.id in data and newest[ref.id][1] == (index, position):
-                    content.append(_provider_part(ref, data[ref.id]))
+                found = part_ref(part)
+                if found is not None and found.id in data and newest[found.id][1] == (index, position):
+                    content.append(_provider_part(found, data[found.id]))
                     continue
-                text, could_open = _reference(part, ref, files.budget, can_open)
+                text, could_open = _reference(part, found, files.budget, can_open)
                 openable = openable or could_open
                 content.append({"type": "text", "text": text})
             message = message.model_copy(update={"content": content})
@@ -106,7 +106,7 @@ def _newest_parts(messages: list[BaseMessage]) -> dict[str, tuple[FileRef, tuple
         if not isinstance(message.content, list):
             continue
         for position, part in enumerate(message.content):
-            ref = part_ref(part) if is_file_part(part) else None
+            ref = part_ref(part) if isinstance(part, dict) and is_file_part(part) else None
             if ref is not None:
                 newest[ref.id] = (ref, (index, position))
     return newest

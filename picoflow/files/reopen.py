@@ -72,4 +72,5 @@ class FileOpening:
         """The message that carries the opened files (none when nothing was opened)."""
         if not self._opened:
             return []
-        return [HumanMessageEx(self._owner, with_files(SHOWN_TEXT, self._opened.values()), origin="framework")]
+        content: list[str | dict[str, Any]] = [*with_files(SHOWN_TEXT, self._opened.values())]
+        return [HumanMessageEx(self._owner, content, origin="framework")]
