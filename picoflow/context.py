@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from picoflow.errors import PicoFlowError, TurnDeadlineError
+from picoflow.files.policy import DEFAULT_REQUEST_FILE_BYTES
 from picoflow.files.refs import FileRef, digest_of
 from picoflow.files.store import FileStore
 from picoflow.messages import from_message_doc, to_message_doc
@@ -319,15 +320,20 @@ class TurnFiles:
     (and checked).
 
     ``read`` fetches a referenced file from ``store`` once per turn (an earlier turn's file too) and hands
-    back None when it is gone or no longer has the referenced digest.
+    back None when it is gone or no longer has the referenced digest. ``budget`` bounds the file bytes one
+    model request carries in full (``picoflow.files.reader``).
     """
 
     def __init__(
-        self, store: FileStore | None, attached: Sequence[FileRef] = (), data: Mapping[str, bytes] | None = None
+        self, store: FileStore | None, attached: Sequence[FileRef] = (), data: Mapping[str, bytes] | None = None,
+        budget: int = DEFAULT_REQUEST_FILE_BYTES,
     ) -> None:
         self.store = store
         #: The files the user attached to this turn's message.
         self.attached: list[FileRef] = list(attached)
+        self.budget = budget
+        #: The ids of the files each (step, memory namespace) got in full during this turn.
+        self.shown: dict[tuple[str, str], set[str]] = {}
         self._pending = list(attached)
         self._cache: dict[str, bytes | None] = dict(data or {})
 

@@ -26,8 +26,10 @@ from picoflow.errors import (
     SessionTooLargeError,
     TurnDeadlineError,
 )
+from picoflow.files.intake import store_inline
+from picoflow.files.policy import DEFAULT_REQUEST_FILE_BYTES
 from picoflow.files.refs import FileRef
-from picoflow.files.store import FileStore
+from picoflow.files.store import FileRecord, FileStore
 from picoflow.flow import Flow
 from picoflow.mcp import MCPUnavailableError
 from picoflow.models.registry import ModelProvider, ProviderRegistry
@@ -70,6 +72,7 @@ class FlowEngine:
         retry_delay: float = 0.5,
         decision_providers: Mapping[str, DecisionProvider] | None = None,
         file_store: FileStore | None = None,
+        file_budget: int = DEFAULT_REQUEST_FILE_BYTES,
     ) -> None:
         self._flows: dict[str, type[Flow]] = {}
         #: Decision providers by the provider name a decision model selection gives; others use the chat model.
@@ -80,6 +83,9 @@ class FlowEngine:
         self.retry_delay = retry_delay
         #: Where attached files are read from when a model is called; None: messages carry no files.
         self.file_store = file_store
+        #: The file bytes one model request carries in full; older or further files go as references the
+        #: model can open again (see ``picoflow.files.reader``).
+        self.file_budget = file_budget
         self._locks = lifecycle.SessionLocks()
         self.register_flows(flows)
 
@@ -131,11 +137,15 @@ class FlowEngine:
         request_id: str | None = None,
         files: Iterable[FileRef] = (),
         file_data: Mapping[str, bytes] | None = None,
+        inline_files: Iterable[FileRecord] = (),
     ) -> RunResponse:
         """Run one turn; never raises — failures come back as a ``RunResponse`` with ``success=False``.
 
         ``files`` (already checked and stored, see ``picoflow.files.intake``) join the user's message as
         references; ``file_data`` holds bytes already read for them, so the turn does not read them again.
+        ``inline_files`` (the records ``take_files`` made for inline files, their bytes in ``file_data``) are
+        stored only once the request has passed every check, the session's included: a refused request or a
+        replayed turn stores nothing.
 
         With ``idempotency_key`` the turn is applied at most once: its receipt is written in the same
         conditional write as the session, and a retry with the same key (and ``caller``) gets the
@@ -155,8 +165,9 @@ class FlowEngine:
                     reserved_config=flow_cls.allowed_private_config,
                 )
                 async with self._locks.hold(turn.session_id or turn.first_id):
+                    prepared = replace(turn, file_data=file_data, inline_files=tuple(inline_files))
                     with telemetry.turn(flow_name, turn.message) as traced:
-                        return traced.answered(await self._turn(replace(turn, file_data=file_data)))
+                        return traced.answered(await self._turn(prepared))
             except PicoFlowError as exc:
                 return RunResponse.failure(exc, session, request_id)
             except Exception as exc:  # noqa: BLE001 - run() answers every failure with an envelope
@@ -181,9 +192,12 @@ class FlowEngine:
             return opened
         doc, found_revision = opened
         telemetry.conversation(doc.id)
+        if turn.inline_files:
+            await store_inline(self.file_store, turn.inline_files, turn.file_data or {})
         tokens_before = doc.tokens.model_copy()
         try:
-            flow.run_context.bind(doc, self._services(flow), TurnFiles(self.file_store, turn.files, turn.file_data))
+            files = TurnFiles(self.file_store, turn.files, turn.file_data, self.file_budget)
+            flow.run_context.bind(doc, self._services(flow), files)
             response = await bounded_turn(loop.answer_turn(flow, turn.message, turn.request_id))
         except _UNTOUCHED_ERRORS as exc:
             # Every save moves the revision: a restore hook's migration, a batch flow's or a checkpoint's save.

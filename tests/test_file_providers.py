@@ -40,7 +40,8 @@ async def _run(flow: type, env: dict[str, str], tmp_path: Any, registry: Any = N
     engine = FlowEngine([flow], MemorySessionStore(), registry or default_registry(env), file_store=store)
     inline = [InlineFile(name=name, contentType=kind, data=b64(data)) for name, kind, data in FILES]
     taken = await take_files(store, FilePolicy(), inline=inline, caller=None, session_id=None)
-    result = await engine.run(flow.id, "What is this?", files=taken.refs, file_data=taken.data)
+    result = await engine.run(flow.id, "What is this?", files=taken.refs, file_data=taken.data,
+                              inline_files=taken.inline)
     return result, engine
 
 

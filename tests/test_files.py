@@ -11,6 +11,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import boto3
 import pytest
@@ -23,6 +24,8 @@ from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.errors import PUBLIC_MESSAGES
 from picoflow.files import store as file_store
 from picoflow.files.refs import new_file_id
+from picoflow.files.s3_store import S3FileStore
+from picoflow.files.store import FileRecord
 from tests.support.files import EXECUTABLE, INVOICE_PDF, INVOICE_PNG, b64, contains_file, invoice_replies
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -36,8 +39,10 @@ class FilesApi:
         self.table = table
         self.s3 = s3
 
-    def call(self, path: str, body: Any, *, claims: dict | None = None, session: str | None = None):
-        event = http_event("POST", path, body=body, headers={"CHAT_SESSION_ID": session} if session else None)
+    def call(self, path: str, body: Any, *, claims: dict | None = None, session: str | None = None,
+             key: str | None = None):
+        headers = {**({"CHAT_SESSION_ID": session} if session else {}), **({"Idempotency-Key": key} if key else {})}
+        event = http_event("POST", path, body=body, headers=headers or None)
         if claims is not None:
             event["requestContext"]["authorizer"] = {"jwt": {"claims": claims, "scopes": None}}
         result = api.lambda_handler(event, FakeLambdaContext())
@@ -56,8 +61,9 @@ class FilesApi:
         assert put.status_code == 200
         return ticket["fileId"]
 
-    def run(self, files: list[Any], message: str = "Please extract this invoice.", **options: Any):
-        return self.call("/ai/run", {"flowName": "InvoiceFlow", "message": message, "files": files}, **options)
+    def run(self, files: list[Any], message: str = "Please extract this invoice.", flow: str = "InvoiceFlow",
+            **options: Any):
+        return self.call("/ai/run", {"flowName": flow, "message": message, "files": files}, **options)
 
     def documents(self) -> list[dict[str, Any]]:
         items = self.table.client.scan(TableName=self.table.name, ConsistentRead=True)["Items"]
@@ -251,3 +257,96 @@ def test_the_routes_are_in_the_openapi_document():
     schema = openapi_schema()
     assert "/ai/files" in schema["paths"]
     assert "files" in schema["components"]["schemas"]["RunRequest"]["properties"]
+
+
+# -- names: cut by their UTF-8 bytes, so S3's 2 KB of user metadata always holds the record ----------------
+
+S3_METADATA_LIMIT = 2048
+FOUR_BYTE_NAME = "\U0001F600" * 300  # 1,200 UTF-8 bytes; 3,600 once percent-encoded for S3
+
+
+def _metadata_size(metadata: dict[str, str]) -> int:
+    # As S3 counts it, with each key's header prefix on top (so the check errs on the strict side).
+    return sum(len(f"x-amz-meta-{key}".encode()) + len(value.encode()) for key, value in metadata.items())
+
+
+def _stored_metadata(files_api: FilesApi, file_id: str) -> dict[str, str]:
+    return files_api.s3.head_object(Bucket=BUCKET, Key=f"uploads/{file_id}")["Metadata"]
+
+
+def test_a_name_of_300_four_byte_characters_is_cut_to_whole_characters_s3_accepts(files_api):
+    status, ticket = files_api.open_upload(FOUR_BYTE_NAME, "image/png", len(INVOICE_PNG))
+    assert status == 200, ticket
+    signed = {key[len("x-amz-meta-"):]: value for key, value in ticket["uploadHeaders"].items()
+              if key.startswith("x-amz-meta-")}
+    assert _metadata_size(signed) <= S3_METADATA_LIMIT
+    put = requests.put(ticket["uploadUrl"], data=INVOICE_PNG, headers=ticket["uploadHeaders"], timeout=10)
+    assert put.status_code == 200
+    assert unquote(_stored_metadata(files_api, ticket["fileId"])["name"]) == "\U0001F600" * 63
+
+    record = _assert_extracted(*files_api.run([ticket["fileId"]]))
+
+    assert record["file_name"] == "\U0001F600" * 63
+
+
+def test_an_inline_file_with_a_long_name_is_stored_under_the_cut_name(files_api):
+    inline = {"name": FOUR_BYTE_NAME, "contentType": "image/png", "data": b64(INVOICE_PNG)}
+
+    _assert_extracted(*files_api.run([inline]))
+
+    [key] = files_api.objects()
+    metadata = _stored_metadata(files_api, key.removeprefix("uploads/"))
+    assert _metadata_size(metadata) <= S3_METADATA_LIMIT
+    assert unquote(metadata["name"]) == "\U0001F600" * 63
+
+
+def test_a_10_kb_name_is_cut_keeping_its_suffix_and_a_blank_one_is_refused_truthfully(files_api):
+    status, ticket = files_api.open_upload("scan-" * 2048 + ".png", "image/png", len(INVOICE_PNG))
+    assert status == 200, ticket
+    requests.put(ticket["uploadUrl"], data=INVOICE_PNG, headers=ticket["uploadHeaders"], timeout=10)
+    name = unquote(_stored_metadata(files_api, ticket["fileId"])["name"])
+    assert name.startswith("scan-scan-") and name.endswith(".png") and len(name.encode()) == 255
+
+    status, body = files_api.open_upload("   ", "image/png", len(INVOICE_PNG))
+    assert (status, body["message"]) == (400, "name must be a non-empty string.")
+
+
+async def test_the_s3_store_fits_any_record_name_into_the_metadata_limit(files_api):
+    store = S3FileStore(BUCKET, client=files_api.s3)
+    record = FileRecord(id=new_file_id(), name="\u00e9" * 2000, content_type="image/png", size=len(INVOICE_PNG),
+                        owner="o" * 32, session="s" * 128, expires_at=2_000_000_000)
+
+    await store.put(record, INVOICE_PNG)
+
+    assert _metadata_size(_stored_metadata(files_api, record.id)) <= S3_METADATA_LIMIT
+    described = await store.describe(record.id)
+    assert described is not None and described.session == "s" * 128
+    assert described.name == "\u00e9" * len(described.name) and 200 < len(described.name) < 2000
+
+
+# -- inline files are stored only once the request has passed every check -----------------------------------
+
+INLINE = {"name": "invoice.png", "contentType": "image/png", "data": b64(INVOICE_PNG)}
+KEY = "inline-invoice-turn-7c1f9e2a4b5d4e0f8a9b3c6d"
+
+
+def test_an_inline_file_for_an_unknown_flow_is_not_stored(files_api):
+    status, _, body = files_api.run([INLINE], flow="NoSuchFlow")
+
+    assert (status, json.loads(body)["code"]) == (400, "FLOW_NOT_FOUND")
+    assert files_api.objects() == []
+
+
+def test_a_replayed_turn_stores_no_second_copy_and_a_reused_key_stores_nothing(files_api):
+    first = files_api.run([INLINE], key=KEY)
+    _assert_extracted(*first)
+    stored = files_api.objects()
+    assert len(stored) == 1
+
+    replayed = files_api.run([INLINE], key=KEY)
+    assert replayed[0] == 200 and replayed[2] == first[2]
+    reused = files_api.run([INLINE], message="Something else entirely.", key=KEY)
+    assert (reused[0], json.loads(reused[2])["code"]) == (422, "IDEMPOTENCY_KEY_MISMATCH")
+
+    assert files_api.objects() == stored
+    assert len(files_api.model_calls()) == 3

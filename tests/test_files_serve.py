@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from picoflow.files.intake import open_upload
 from picoflow.files.local_store import LocalFileStore
@@ -120,3 +121,32 @@ async def test_a_local_upload_url_takes_only_the_signed_type_size_and_id(tmp_pat
     assert sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith(".")) == [
         f"{ticket.file_id}.bin", f"{ticket.file_id}.json",
     ]
+
+
+def test_serve_stores_an_inline_file_only_for_a_turn_that_runs_and_once_per_key(served, tmp_path):
+    server, model = served
+    inline = {"name": "invoice.png", "contentType": "image/png", "data": base64.b64encode(INVOICE_PNG).decode()}
+    key = {"Idempotency-Key": "serve-inline-turn-5b7e0c1d2f3a4b6c8d9e0f1a"}
+    stored = tmp_path / "api" / "uploads"
+
+    def run(flow: str, message: str, headers: dict[str, str] | None = None) -> requests.Response:
+        body = {"flowName": flow, "message": message, "files": [inline]}
+        return requests.post(f"{server.url}/ai/run", json=body, headers=headers, timeout=30)
+
+    def files() -> list[str]:
+        return sorted(path.name for path in stored.glob("*.bin"))
+
+    unknown = run("NoSuchFlow", "Please extract this invoice.")
+    assert (unknown.status_code, unknown.json()["code"]) == (400, "FLOW_NOT_FOUND")
+    assert files() == []
+
+    first = run("InvoiceFlow", "Please extract this invoice.", key)
+    assert first.status_code == 200, first.text
+    assert len(files()) == 1
+    replayed = run("InvoiceFlow", "Please extract this invoice.", key)
+    mismatched = run("InvoiceFlow", "Another request under the same key.", key)
+
+    assert replayed.status_code == 200 and replayed.json() == first.json()
+    assert (mismatched.status_code, mismatched.json()["code"]) == (422, "IDEMPOTENCY_KEY_MISMATCH")
+    assert len(files()) == 1
+    assert len(model.requests) == 3

@@ -106,7 +106,7 @@ def run_turn(
     turn = runtime.engine.run(
         flow_name=request.flow_name, user_message=request.message, session_id=session_id, config=request.config,
         deadline=turn_deadline(app.lambda_context), idempotency_key=idempotency_key, caller=_caller(),
-        request_id=request_id, files=files.refs, file_data=files.data,
+        request_id=request_id, files=files.refs, file_data=files.data, inline_files=files.inline,
     )
     try:
         result: RunResponse = runtime.call(turn, timeout=wait_limit(app.lambda_context))
@@ -154,7 +154,7 @@ def open_file_upload(
 
 
 def _take_files(request: RunRequest, session_id: str | None, request_id: str) -> TakenFiles | Response:
-    """The turn's files, checked and (inline ones) stored; or the refusal, with nothing stored."""
+    """The turn's files, checked (the engine stores inline ones once the turn may run); or the refusal."""
     runtime = get_runtime()
     store = runtime.engine.file_store
     if store is None:

@@ -107,7 +107,9 @@ class RunRequest(BaseModel):
 class FileUploadRequest(BaseModel):
     """The body of ``POST /ai/files``: the file a client is about to upload."""
 
-    name: Annotated[str, AfterValidator(_not_blank)] = Field(min_length=1, max_length=1024)
+    name: Annotated[str, AfterValidator(_not_blank)] = Field(
+        min_length=1, description="The file's name, shown to the model; a long one is cut to 255 UTF-8 bytes."
+    )
     content_type: str = Field(alias="contentType", min_length=1, max_length=255, description="e.g. image/png.")
     size: int = Field(ge=1, description="The exact size in bytes.")
 

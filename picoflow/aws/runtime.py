@@ -111,7 +111,7 @@ def build_engine(environ: Mapping[str, str] | None = None) -> FlowEngine:
     decisions = load_decision_providers(env.get(DECISION_PROVIDERS_VARIABLE), env)
     engine = FlowEngine(
         flows=flows, session_store=store, providers=default_registry(env), decision_providers=decisions,
-        file_store=file_store_from_env(env),
+        file_store=file_store_from_env(env), file_budget=FilePolicy.from_env(env).max_request_bytes,
     )
     logger.info("Engine ready", extra={"flows": engine.get_flow_names(), "store": type(engine.session_store).__name__})
     return engine

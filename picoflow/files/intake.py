@@ -1,4 +1,5 @@
-"""Opening uploads and taking a turn's files: every check runs before anything is stored.
+"""Opening uploads and taking a turn's files: every check of the files runs before anything is stored, and
+inline files are stored only once the turn has passed the session's checks too (``store_inline``).
 
 A file id is usable only by the principal (and, when it was uploaded for one, the session) that created it,
 before its record expires; any other id is refused exactly like an unknown one. Each refusal is a
@@ -7,15 +8,17 @@ before its record expires; any other id is refused exactly like an unknown one. 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from picoflow.errors import FileRefusedError
+from picoflow.context import time_left
+from picoflow.errors import FileRefusedError, FileStoreError
 from picoflow.files.policy import FilePolicy
 from picoflow.files.refs import FileRef, digest_of, is_file_id, new_file_id, safe_name, sniff_type
 from picoflow.files.store import FileRecord, FileStore, UploadTicket, owner_tag
@@ -26,17 +29,19 @@ class InlineFile(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    name: str = Field(min_length=1, max_length=1024)
+    name: str = Field(min_length=1, description="Shown to the model; a long name is cut to 255 UTF-8 bytes.")
     content_type: str = Field(alias="contentType", min_length=1, max_length=255)
     data: str = Field(description="The file's bytes, base64-encoded.")
 
 
 @dataclass
 class TakenFiles:
-    """A turn's files: their references in order, and the bytes read while checking them (keyed by id)."""
+    """A turn's files: their references in order, the bytes read or decoded while checking them (keyed by id),
+    and the records of the inline ones, which are not stored yet (see ``store_inline``)."""
 
     refs: list[FileRef] = field(default_factory=list)
     data: dict[str, bytes] = field(default_factory=dict)
+    inline: list[FileRecord] = field(default_factory=list)
 
 
 def refuse(code: str, status_code: int = 400) -> FileRefusedError:
@@ -88,10 +93,11 @@ async def take_files(
     caller: str | None,
     session_id: str | None,
 ) -> TakenFiles:
-    """Check every file of a turn (count, sizes, types, content, owner, expiry); then store the inline ones.
+    """Check every file of a turn (count, sizes, types, content, owner, expiry); nothing is stored here.
 
     Uploaded files are read whole (one GET each, at most ``max_file_bytes``) to check their content and
-    digest; those bytes seed the turn's cache, so the model call does not read them again.
+    digest; those bytes seed the turn's cache, so the model call does not read them again. Inline files get
+    their ids and records here, and are stored by ``store_inline`` once the turn is known to run.
     """
     if len(file_ids) + len(inline) > policy.max_files:
         raise refuse("TOO_MANY_FILES")
@@ -137,8 +143,24 @@ async def take_files(
             id=new_file_id(), name=safe_name(item.name), content_type=kind, size=len(data),
             owner=owner_tag(caller), session=session_id or "", expires_at=int(time.time()) + policy.use_seconds,
         )
-        await store.put(record, data)
+        taken.inline.append(record)
         taken.refs.append(FileRef(id=record.id, name=record.name, content_type=kind, size=len(data),
                                   digest=digest_of(data)))
         taken.data[record.id] = data
     return taken
+
+
+async def store_inline(store: FileStore | None, records: Sequence[FileRecord], data: Mapping[str, bytes]) -> None:
+    """Store the inline files ``take_files`` checked (their bytes in ``data``), together, within the turn's time.
+
+    Called once a turn has passed every check of the request and its session, so a refused request or a
+    replayed one stores nothing.
+    """
+    if store is None or any(record.id not in data for record in records):
+        raise FileStoreError("Inline files need a file store and their bytes.")
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(*(store.put(record, data[record.id]) for record in records)), time_left("storing files")
+        )
+    except TimeoutError:
+        raise FileStoreError("Storing the inline files ran out of the turn's time.") from None

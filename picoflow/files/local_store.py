@@ -102,7 +102,8 @@ class LocalFileStore(FileStore):
     def _read(self, file_id: str, limit: int) -> bytes | None:
         try:
             with self._path(file_id, ".bin").open("rb") as handle:
-                return handle.read(limit + 1)
+                # Sized to the file: a read of limit + 1 bytes would set aside that much memory first.
+                return handle.read(min(limit, os.fstat(handle.fileno()).st_size) + 1)
         except FileNotFoundError:
             return None
         except OSError as exc:

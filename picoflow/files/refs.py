@@ -22,7 +22,10 @@ PNG, JPEG, WEBP, GIF, PDF = "image/png", "image/jpeg", "image/webp", "image/gif"
 IMAGE_TYPES = frozenset({PNG, JPEG, WEBP, GIF})
 #: Every type whose content can be checked; the allow-list is a subset of these.
 KNOWN_TYPES = frozenset({*IMAGE_TYPES, PDF})
-MAX_NAME_CHARS = 200
+#: The most UTF-8 bytes a display name keeps: a file system's usual name limit. Percent-encoded (at most three
+#: bytes per byte) it stays well inside S3's 2 KB of user metadata beside a file record's other fields.
+MAX_NAME_BYTES = 255
+_KEPT_SUFFIX_BYTES = 16
 
 
 class FileRef(BaseModel):
@@ -102,14 +105,24 @@ def sniff_type(data: bytes) -> str | None:
     return next((kind for magic, kind in _SIGNATURES if data.startswith(magic)), None)
 
 
+def cut_utf8(text: str, limit: int) -> str:
+    """The longest start of ``text`` whose UTF-8 encoding takes at most ``limit`` bytes (whole characters only)."""
+    # Decoding a cut that splits a character drops the partial character's bytes.
+    return text.encode("utf-8")[: max(limit, 0)].decode("utf-8", "ignore")
+
+
 def safe_name(name: str) -> str:
-    """A display name: the last path segment, without control characters, at most ``MAX_NAME_CHARS`` long.
+    """A display name: the last path segment, without control characters, cut to ``MAX_NAME_BYTES`` UTF-8 bytes.
 
     It is shown to the model and the user only; no file is ever stored or opened under it.
     """
     last = re.split(r"[\\/]", name)[-1]
     cleaned = "".join(ch for ch in last if unicodedata.category(ch)[0] != "C").strip()
-    return cleaned[:MAX_NAME_CHARS] or "file"
+    stem, dot, suffix = cleaned.rpartition(".")
+    if len(cleaned.encode("utf-8")) > MAX_NAME_BYTES and stem and len(suffix.encode("utf-8")) <= _KEPT_SUFFIX_BYTES:
+        # A cut name keeps its suffix, so it still says what kind of file it is.
+        return cut_utf8(stem, MAX_NAME_BYTES - len((dot + suffix).encode("utf-8"))).strip() + dot + suffix
+    return cut_utf8(cleaned, MAX_NAME_BYTES).strip() or "file"
 
 
 def allowed_types(value: str | Sequence[str] | None) -> frozenset[str]:

@@ -22,6 +22,10 @@ S3_TIMEOUTS: dict[str, Any] = {
     "retries": {"mode": "standard", "total_max_attempts": 3},
 }
 _MISSING = frozenset({"404", "NoSuchKey", "NotFound"})
+#: S3 refuses an object whose user metadata (the UTF-8 bytes of every key and value) exceeds 2 KB.
+S3_METADATA_BYTES = 2048
+#: How each metadata key travels, as a header; counting it whole keeps the estimate on the safe side.
+_META_HEADER = "x-amz-meta-"
 
 
 class S3FileStore(FileStore):
@@ -128,13 +132,30 @@ class S3FileStore(FileStore):
             raise FileStoreError(f"S3 {method} failed: {type(exc).__name__}") from exc
 
 
+def metadata_bytes(metadata: dict[str, str]) -> int:
+    """What ``metadata`` counts against S3's limit: the UTF-8 bytes of every key (as its header) and value."""
+    return sum(len(f"{_META_HEADER}{key}{value}".encode()) for key, value in metadata.items())
+
+
 def _metadata(record: FileRecord) -> dict[str, str]:
-    # S3 metadata is ASCII: the display name travels percent-encoded.
-    return {
-        "name": quote(record.name, safe=""),
+    fields = {
         "owner": record.owner,
         "session": record.session,
         "expires": str(record.expires_at),
         "size": str(record.size),
     }
+    # The name gets what the other fields leave of the limit (the whole metadata counts).
+    room = S3_METADATA_BYTES - metadata_bytes({**fields, "name": ""})
+    return {"name": _encoded_name(record.name, room), **fields}
+
+
+def _encoded_name(name: str, room: int) -> str:
+    """``name`` percent-encoded (S3 metadata is ASCII), cut between characters to at most ``room`` bytes."""
+    encoded = [quote(character, safe="") for character in name]
+    used = 0
+    for count, part in enumerate(encoded):
+        used += len(part)
+        if used > room:
+            return "".join(encoded[:count])
+    return "".join(encoded)
 

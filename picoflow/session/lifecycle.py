@@ -42,6 +42,7 @@ from picoflow.errors import (
     TurnDeadlineError,
 )
 from picoflow.files.refs import FileRef
+from picoflow.files.store import FileRecord
 from picoflow.logger import SessionLogger
 from picoflow.logger import library_log as _log
 from picoflow.messages import add_usage
@@ -92,6 +93,8 @@ class TurnRequest:
     #: The files attached to the user's message, and the bytes already read for them (by file id).
     files: tuple[FileRef, ...] = ()
     file_data: Mapping[str, bytes] | None = None
+    #: The records of the inline files among ``files``, stored once the session's checks have passed.
+    inline_files: tuple[FileRecord, ...] = ()
 
 
 def turn_request(

@@ -30,6 +30,7 @@ from picoflow.context import (
 from picoflow.errors import LlmBlockedError, ModelUnavailableError, ParallelCancelledError, PicoFlowError
 from picoflow.files.reader import with_file_parts
 from picoflow.files.refs import with_files
+from picoflow.files.reopen import OPEN_FILE_TOOL, FileOpening, open_file_tool
 from picoflow.flow import Flow
 from picoflow.mcp import OfferedTool, offered_tools, run_offered
 from picoflow.messages import (
@@ -351,10 +352,15 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
 
     exposed = set(offered_tool_names(step))
     offered = await _offered_mcp_tools(step)
+    opening: FileOpening | None = None
     for call in telemetry.tool_calls(calls, outcome.messages):
         name = call["name"]
         if name in offered:
             await _dispatch_offered(flow, step, call, offered[name], outcome)
+            continue
+        if name == OPEN_FILE_TOOL and name not in exposed:
+            opening = opening or FileOpening(step.get_memory(), flow.run_context.files.budget, step)
+            outcome.messages.append(_tool_message(step, call, *opening.answer(call.get("args") or {})))
             continue
         if name not in exposed:
             flow.logger.warn(f"hallucinated tool: {name}", step=step.id)
@@ -384,6 +390,8 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
         outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
         if transition.message is not None:
             outcome.extra, outcome.finish = transition.message, transition.finish
+    # The opened files follow every call's result, in one message the next request carries in full.
+    outcome.messages.extend(opening.messages() if opening is not None else [])
     return outcome
 
 
@@ -600,12 +608,15 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
     schema = step.struct_output_schema()
     # Tools offered from MCP servers come with their servers' schemas (listed when first needed).
     offered = [] if schema is not None else [tool.as_model_tool() for tool in (await _offered_mcp_tools(step)).values()]
+    tools = [spec.as_model_tool() for spec in specs] + offered
     if schema is not None:
         runnable = model.with_structured_output(schema, include_raw=True)
-    elif specs or offered:
-        runnable = model.bind_tools([spec.as_model_tool() for spec in specs] + offered)
+    elif tools:
+        runnable = model.bind_tools(tools)
     else:
         runnable = model
+    # The built-in open_file is offered when a request references a file shown earlier, unless a tool has its name.
+    can_open = schema is None and OPEN_FILE_TOOL not in {tool["function"]["name"] for tool in tools}
     signal = cancellation_signal(flow)
 
     failure = _Failure("invocation_error", "unknown", "no attempt was made", attempts=0)
@@ -615,16 +626,19 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
         if signal is not None:
             signal.raise_if_cancelled()
         request = build_request(step)
+        called = runnable
         # Outside the attempt's error handling: a file the model cannot read is the caller's error, not a retry.
         if any(isinstance(message.content, list) for message in request):
             # Only multimodal content can reference files: plain text needs no look at the file store.
-            request = await with_file_parts(
-                request, flow.run_context.files, runtime.providers.file_types(selection), step.id
-            )
+            prepared = await with_file_parts(request, flow.run_context.files, runtime.providers.file_types(selection),
+                                             step.id, step.namespace, can_open=can_open)
+            request = prepared.messages
+            if prepared.openable:
+                called = model.bind_tools([*tools, open_file_tool()])
         timeout = _attempt_timeout(step)
         try:
             with telemetry.model_call(selection, "chat", step.id, request) as traced:
-                output = traced.answered(await _invoke(runnable, request, timeout, signal, step.id))
+                output = traced.answered(await _invoke(called, request, timeout, signal, step.id))
         except TimeoutError as exc:
             limit = f"{timeout * 1000:.0f} ms"
             failure = _Failure("invocation_error", "timeout", f"the model call exceeded {limit}", attempt, exc)
