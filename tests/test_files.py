@@ -10,6 +10,7 @@ import base64
 import json
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -35,9 +36,14 @@ MAX_FILE_BYTES = 20_000
 
 
 class FilesApi:
-    def __init__(self, table: Any, s3: Any) -> None:
+    def __init__(self, table: Any, s3: Any, script: Path) -> None:
         self.table = table
         self.s3 = s3
+        self.script = script
+
+    def script_fetching(self, file_name: str) -> None:
+        """Script the model to fetch ``file_name``; before the first request, which reads the script."""
+        self.script.write_text(json.dumps(invoice_replies(file_name) * 3))
 
     def call(self, path: str, body: Any, *, claims: dict | None = None, session: str | None = None,
              key: str | None = None):
@@ -91,7 +97,7 @@ def files_api(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[FilesApi]:
     for name in ("FILES_FOLDER", "OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(aws_runtime, "_runtime", None)
-    yield FilesApi(moto_dynamodb, s3)
+    yield FilesApi(moto_dynamodb, s3, script)
     if aws_runtime._runtime is not None:
         aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
 
@@ -275,6 +281,7 @@ def _stored_metadata(files_api: FilesApi, file_id: str) -> dict[str, str]:
 
 
 def test_a_name_of_300_four_byte_characters_is_cut_to_whole_characters_s3_accepts(files_api):
+    files_api.script_fetching("\U0001F600" * 63)
     status, ticket = files_api.open_upload(FOUR_BYTE_NAME, "image/png", len(INVOICE_PNG))
     assert status == 200, ticket
     signed = {key[len("x-amz-meta-"):]: value for key, value in ticket["uploadHeaders"].items()
@@ -284,12 +291,13 @@ def test_a_name_of_300_four_byte_characters_is_cut_to_whole_characters_s3_accept
     assert put.status_code == 200
     assert unquote(_stored_metadata(files_api, ticket["fileId"])["name"]) == "\U0001F600" * 63
 
-    record = _assert_extracted(*files_api.run([ticket["fileId"]]))
+    _assert_extracted(*files_api.run([ticket["fileId"]]))
 
-    assert record["file_name"] == "\U0001F600" * 63
+    assert any(_sent_parts(call) for call in files_api.model_calls())
 
 
 def test_an_inline_file_with_a_long_name_is_stored_under_the_cut_name(files_api):
+    files_api.script_fetching("\U0001F600" * 63)
     inline = {"name": FOUR_BYTE_NAME, "contentType": "image/png", "data": b64(INVOICE_PNG)}
 
     _assert_extracted(*files_api.run([inline]))

@@ -125,7 +125,7 @@ async def test_a_local_upload_url_takes_only_the_signed_type_size_and_id(tmp_pat
 
 def test_serve_stores_an_inline_file_only_for_a_turn_that_runs_and_once_per_key(served, tmp_path):
     server, model = served
-    inline = {"name": "invoice.png", "contentType": "image/png", "data": base64.b64encode(INVOICE_PNG).decode()}
+    inline = {"name": UPLOAD_NAME, "contentType": "image/png", "data": base64.b64encode(INVOICE_PNG).decode()}
     key = {"Idempotency-Key": "serve-inline-turn-5b7e0c1d2f3a4b6c8d9e0f1a"}
     stored = tmp_path / "api" / "uploads"
 
