@@ -106,12 +106,22 @@ class _Turn:
     span: Span
     capture: bool
     conversation: str | None = None
+    # Whether the turn's own span has the digest yet: it gets it with the turn's outcome, in one SDK call.
+    named: bool = False
 
     def attributes(self, attributes: dict[str, Any]) -> dict[str, Any]:
         """``attributes`` and the session's digest, for a span of this turn."""
         if self.conversation is not None:
             attributes[CONVERSATION] = self.conversation
         return attributes
+
+    def outcome(self, attributes: dict[str, Any]) -> None:
+        """Set ``attributes`` on the turn's span, with the session's digest if the span lacks it."""
+        if not self.named and self.conversation is not None:
+            attributes[CONVERSATION] = self.conversation
+            self.named = True
+        if attributes:
+            self.span.set_attributes(attributes)
 
 
 _turn: contextvars.ContextVar[_Turn | None] = contextvars.ContextVar("picoflow_trace_turn", default=None)
@@ -130,18 +140,19 @@ class TurnSpan:
         self.running = running
 
     def answered(self, response: RunResponse) -> RunResponse:
-        span = self.running.span
-        if span.is_recording():
-            if self.running.conversation is None and response.session:
+        running = self.running
+        if running.span.is_recording():
+            if running.conversation is None and response.session:
                 # A turn answered before its session was opened (a replayed receipt, a refused session).
-                self.running.conversation = session_digest(response.session)
-                span.set_attribute(CONVERSATION, self.running.conversation)
-            span.set_attribute(COMPLETED, response.completed)
+                running.conversation = session_digest(response.session)
+            attributes: dict[str, Any] = {COMPLETED: response.completed}
             if not response.success:
-                _failed(span, response.error_code or "_OTHER")
-            elif self.running.capture and isinstance(response.message, str):
+                attributes[ERROR_TYPE] = response.error_code or "_OTHER"
+                running.span.set_status(Status(StatusCode.ERROR))
+            elif running.capture and isinstance(response.message, str):
                 reply = {"role": "assistant", "parts": [_text_part(response.message)], "finish_reason": "stop"}
-                span.set_attribute(OUTPUT_MESSAGES, _json([reply]))
+                attributes[OUTPUT_MESSAGES] = _json([reply])
+            running.outcome(attributes)
         return response
 
 
@@ -158,7 +169,12 @@ def turn(flow_name: str, user_message: str | None) -> Iterator[TurnSpan]:
     token = _turn.set(running)
     try:
         with _current(span):
-            yield TurnSpan(running)
+            try:
+                yield TurnSpan(running)
+            finally:
+                if span.is_recording():
+                    # A turn that raised was not answered: its span still names its session.
+                    running.outcome({})
     finally:
         _turn.reset(token)
 
@@ -168,7 +184,6 @@ def conversation(session_id: str) -> None:
     running = _traced()
     if running is not None:
         running.conversation = session_digest(session_id)
-        running.span.set_attribute(CONVERSATION, running.conversation)
 
 
 # -- step runs and their tool calls ---------------------------------------------------------------
@@ -194,6 +209,7 @@ class _Runs:
         self.step_token: Token[Context] | None = None
         self.tool: Span | None = None
         self.tool_token: Token[Context] | None = None
+        self.capture = False
 
     def enter(self, step: StepLike) -> None:
         self.close(None)
@@ -216,6 +232,7 @@ class _Runs:
             attributes[TOOL_ARGUMENTS] = _json(call.get("args") or {})
         span = _tracer.start_span(f"execute_tool {call['name']}", attributes=attributes)
         self.tool, self.tool_token = span, otel_context.attach(trace.set_span_in_context(span))
+        self.capture = running.capture
 
     def end_tool(self, result: BaseMessage | None, error: BaseException | None = None) -> None:
         span, self.tool = self.tool, None
@@ -229,7 +246,7 @@ class _Runs:
         elif isinstance(result, ToolMessage):
             if result.status == "error":
                 _failed(span, "tool_error")
-            elif span.is_recording() and capture_content():
+            elif self.capture:
                 span.set_attribute(TOOL_RESULT, content_text(result.content))
         span.end()
 
