@@ -223,7 +223,7 @@ class DynamoDBSessionStore(SessionStore):
         return decode_outcome(zlib.decompress(item["outcome"]["B"]))
 
     async def record_effect(self, session_id: str, key: str, outcome: dict[str, Any]) -> bool:
-        item = {
+        item: dict[str, dict[str, Any]] = {
             "id": {"S": EFFECT_ID_PREFIX + key},
             "session": {"S": session_id},
             "outcome": {"B": zlib.compress(encode_outcome(outcome), COMPRESSION_LEVEL)},

@@ -137,9 +137,10 @@ class SQLiteSessionStore(SessionStore):
 
     async def load_effect(self, session_id: str, key: str) -> dict[str, Any] | None:
         def read(conn: sqlite3.Connection) -> tuple[str] | None:
-            return conn.execute(
+            found: tuple[str] | None = conn.execute(
                 "SELECT outcome FROM effect_journal WHERE key = ? AND expires_at >= ?", (key, int(time.time()))
             ).fetchone()
+            return found
 
         row = await self._run("load_effect", session_id, read)
         return None if row is None else decode_outcome(row[0])

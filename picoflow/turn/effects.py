@@ -112,7 +112,7 @@ def _replay(flow: Flow, step: Step, recorded: dict[str, Any]) -> Any:
     """Apply a journaled outcome's session changes and return the value the handler returned."""
     context = flow.run_context
     for step_id, state in recorded.get("states", {}).items():
-        owner = step if step_id == step.id else context.steps.get(step_id)
+        owner: Any = step if step_id == step.id else context.steps.get(step_id)
         if owner is None:
             continue
         context.view(flow).record_write(owner, list(state))
