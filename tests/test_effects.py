@@ -18,10 +18,12 @@ from pydantic import BaseModel
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, stay, tool, tools
 from picoflow.errors import PicoFlowError
 from picoflow.models.scripted import ScriptedProvider
+from picoflow.parallel import RunStepRequest
 from picoflow.session.journal import JOURNAL_TTL_SECONDS, canonical_json, effect_key
 from picoflow.session.memory_store import MemorySessionStore
 from picoflow.session.sqlite_store import SQLiteSessionStore
 from picoflow.session.store import SessionStore
+from picoflow.step import direct_result
 
 #: Each handler run appends (tool, arguments, key) here: the outside world the effects change.
 APPLIED: list[tuple[str, dict[str, Any], str]] = []
@@ -384,3 +386,46 @@ async def test_journal_entries_expire_after_a_day(store: SessionStore, monkeypat
     monkeypatch.setattr(time, "time", lambda: later)
     assert await store.load_effect("s", "k1") is None
     assert await store.record_effect("s", "k1", {"kind": "other"}) is True
+
+
+class Stock(BaseModel):
+    sku: str
+
+
+class ReserveWorker(Step):
+    @tool(effect=True)
+    async def reserve(self, args: Stock) -> Any:
+        """Reserve one item."""
+        APPLIED.append(("reserve", args.model_dump(), self.tool_idempotency_key()))
+        return direct_result({"reserved": args.sku})
+
+
+class Coordinator(Step):
+    async def run(self, user_message: str | None = None) -> Any:
+        batch = await self.run_steps(
+            [RunStepRequest(ReserveWorker, key=sku, user_message=f"reserve {sku}") for sku in ("A", "B")],
+            max_concurrency=1,
+        )
+        self.save_state({"reserved": [branch.output for branch in batch.fulfilled]})
+        return await super().run(user_message)
+
+
+class ReserveFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return ModelSelection(provider="scripted", name="reserve", retry_attempts=1)
+
+    def define_steps(self) -> list[Step]:
+        return [Coordinator(self), ReserveWorker(self)]
+
+
+async def test_parallel_workers_effects_replay_their_direct_results() -> None:
+    def reserve(sku: str, call_id: str) -> dict[str, Any]:
+        return {"tool_calls": [{"name": "reserve", "args": {"sku": sku}, "id": call_id}]}
+
+    failed, retried = await _fail_then_retry(
+        ReserveFlow, [reserve("A", "a1"), reserve("B", "b1"), OUTAGE], [reserve("A", "a2"), reserve("B", "b2"),
+                                                                        {"content": "both reserved"}]
+    )
+    assert failed.error_code == "MODEL_UNAVAILABLE"
+    assert retried.success and retried.message == "both reserved"
+    assert [entry[1]["sku"] for entry in APPLIED if entry[0] == "reserve"] == ["A", "B"]
