@@ -40,6 +40,7 @@ from picoflow.session.document import (
 if TYPE_CHECKING:
     from picoflow.models.registry import ProviderRegistry
     from picoflow.parallel import CancellationSignal
+    from picoflow.session.journal import TurnJournal
 
 T = TypeVar("T")
 
@@ -430,6 +431,8 @@ class TurnServices:
     save: Callable[[], Awaitable[None]]
     #: Runs the first turn of a new session of a registered flow.
     start: Callable[[str, str | None, dict[str, Any]], Awaitable[Any]]
+    #: The effect journal of this turn (``picoflow.session.journal.TurnJournal``); None: no effect tool can run.
+    journal: TurnJournal | None = None
 
 
 class RunContext:

@@ -37,6 +37,7 @@ from picoflow.registration import check_flow_configuration
 from picoflow.results import RunResponse
 from picoflow.session import lifecycle
 from picoflow.session.document import TokenUsage
+from picoflow.session.journal import TurnJournal
 from picoflow.session.lifecycle import TurnRequest
 from picoflow.session.memory_store import MemorySessionStore
 from picoflow.session.store import SessionStore
@@ -196,8 +197,9 @@ class FlowEngine:
             await store_inline(self.file_store, turn.inline_files, turn.file_data or {})
         tokens_before = doc.tokens.model_copy()
         try:
+            services = self._services(flow, TurnJournal(self.session_store, doc.id, doc.revision))
             files = TurnFiles(self.file_store, turn.files, turn.file_data, self.file_budget)
-            flow.run_context.bind(doc, self._services(flow), files)
+            flow.run_context.bind(doc, services, files)
             response = await bounded_turn(loop.answer_turn(flow, turn.message, turn.request_id))
         except _UNTOUCHED_ERRORS as exc:
             # Every save moves the revision: a restore hook's migration, a batch flow's or a checkpoint's save.
@@ -211,7 +213,7 @@ class FlowEngine:
             response.tokens = _usage_since(tokens_before, doc.tokens)
         return response
 
-    def _services(self, flow: Flow) -> TurnServices:
+    def _services(self, flow: Flow, journal: TurnJournal) -> TurnServices:
         async def save() -> None:
             await lifecycle.save(self.session_store, flow, self.providers)
 
@@ -221,7 +223,7 @@ class FlowEngine:
         return TurnServices(
             providers=self.providers, decision_providers=self.decision_providers, retry_delay=self.retry_delay,
             model_loop=loop.run_model_loop, run_child=parallel.run_child, run_steps=parallel.run_batch,
-            decide=decide.decide, save=save, start=start,
+            decide=decide.decide, save=save, start=start, journal=journal,
         )
 
     async def delete_session(

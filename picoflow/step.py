@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 _TOOL_ATTR = "__picoflow_tool__"
 _GROUP_ATTR = "__picoflow_tools__"
+_EFFECT_ATTR = "__picoflow_effect__"
 
 # The step whose tool handler runs in this task (stay() and direct() need it) and the individual call it
 # handles (None inside a group handler).
@@ -57,15 +58,24 @@ _handling_step: contextvars.ContextVar[Named | None] = contextvars.ContextVar("p
 _handled_call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "picoflow_handled_tool_call", default=None
 )
+# The journal keys of the effect calls whose handler runs in this task, by tool call id.
+_effect_keys: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "picoflow_effect_keys", default=None
+)
 
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A tool the model may call: its name, a description, and a pydantic model for its arguments."""
+    """A tool the model may call: its name, a description, and a pydantic model for its arguments.
+
+    ``effect=True`` marks a tool whose handler changes something outside the session (a payment, a booking, a
+    ticket, an email): its outcome is journaled and replayed, not run again, by a retry of the same turn.
+    """
 
     name: str
     description: str
     schema: type[BaseModel]
+    effect: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -165,13 +175,19 @@ def _parameters_schema(schema: type[BaseModel]) -> dict[str, Any]:
     return convert_to_openai_tool(schema)["function"]["parameters"]
 
 
-def tool(arg: Callable | str | None = None) -> Any:
-    """Expose and handle a tool: bare ``@tool`` uses the method name, ``@tool("name")`` an explicit one."""
+def tool(arg: Callable | str | None = None, *, effect: bool = False) -> Any:
+    """Expose and handle a tool: bare ``@tool`` uses the method name, ``@tool("name")`` an explicit one.
+
+    ``@tool(effect=True)`` (or ``@tool("name", effect=True)``) marks a handler that changes the world outside the
+    session: it runs once per turn, however often the turn is retried (see ``ToolSpec``).
+    """
 
     def mark(func: Callable, name: str) -> Callable:
         if not callable(func) or isinstance(func, (staticmethod, classmethod)):
             raise PicoFlowError("@tool can only decorate Step instance methods.")
         setattr(func, _TOOL_ATTR, name)
+        if effect:
+            setattr(func, _EFFECT_ATTR, True)
         return func
 
     if callable(arg):
@@ -181,8 +197,11 @@ def tool(arg: Callable | str | None = None) -> Any:
     return lambda func: mark(func, arg.strip() if arg else func.__name__)
 
 
-def tools(names: Iterable[str]) -> Callable[[Callable], Callable]:
-    """Handle one exact set of tool names returned together; the handler receives the list of calls."""
+def tools(names: Iterable[str], *, effect: bool = False) -> Callable[[Callable], Callable]:
+    """Handle one exact set of tool names returned together; the handler receives the list of calls.
+
+    ``effect=True`` journals the group handler's outcome like an effect ``@tool``'s.
+    """
     if isinstance(names, str) or not names:
         raise PicoFlowError("@tools requires at least one tool name.")
     names = list(names)
@@ -198,9 +217,29 @@ def tools(names: Iterable[str]) -> Callable[[Callable], Callable]:
         if not callable(func) or isinstance(func, (staticmethod, classmethod)):
             raise PicoFlowError("@tools can only decorate Step instance methods.")
         setattr(func, _GROUP_ATTR, frozenset(names))
+        if effect:
+            setattr(func, _EFFECT_ATTR, True)
         return func
 
     return mark
+
+
+def is_effect(flow: Any, names: Iterable[str], handler: Any) -> bool:
+    """Whether ``handler``, handling the tools ``names``, changes the world: it was declared with
+    ``effect=True``, or one of its tools is a ``ToolSpec(..., effect=True)``."""
+    if getattr(getattr(handler, "__func__", handler), _EFFECT_ATTR, False):
+        return True
+    return any(getattr(flow.run_context.tools.get(name), "effect", False) for name in names)
+
+
+@contextlib.contextmanager
+def effect_keys(keys: Mapping[str, str]) -> Iterator[None]:
+    """Within the block, ``tool_idempotency_key()`` answers the journal key of each effect call (by call id)."""
+    token = _effect_keys.set(keys)
+    try:
+        yield
+    finally:
+        _effect_keys.reset(token)
 
 
 @lru_cache(maxsize=1024)
@@ -285,7 +324,8 @@ def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
             continue
         doc = inspect.getdoc(func) or ""
         description = doc.split("\n\n", 1)[0].replace("\n", " ").strip() or name.replace("_", " ")
-        specs.append(ToolSpec(name=name, description=description, schema=schema))
+        effect = bool(getattr(func, _EFFECT_ATTR, False))
+        specs.append(ToolSpec(name=name, description=description, schema=schema, effect=effect))
     return tuple(specs)
 
 
@@ -777,14 +817,22 @@ class Step:
         return gen_message_id(self)
 
     def tool_idempotency_key(self, call: dict[str, Any] | None = None) -> str:
-        """A stable key for the tool call being handled (in a ``@tools`` handler, pass one of its calls).
+        """A stable key for the tool call being handled (in a ``@tools`` handler, pass one of its calls): hand it to
+        payment, booking or ticketing APIs so that a repeated call is recognised instead of applied twice.
 
-        It is the same for the same session, step, tool and model call id, and differs everywhere else: hand it
-        to payment, booking or ticketing APIs so that a repeated call is recognised instead of applied twice.
+        For an effect tool (``effect=True``) it is the call's journal key (``picoflow.session.journal.effect_key``):
+        a digest of the session id, the revision the turn started from, this step, the tool name, the canonical
+        JSON of the validated arguments and the ordinal of identical calls in the turn. It is the same in every
+        retry of the turn, whatever ids the model gives its calls, and differs for other arguments and in any
+        later turn. For a plain tool it is a digest of the session id, this step, the tool name and the model's
+        call id, which a retried model answer does not repeat.
         """
         call = call or handled_tool_call()
         if not call or not call.get("id"):
             raise PicoFlowError("tool_idempotency_key() needs a tool call: use it inside a tool handler.")
+        journaled = (_effect_keys.get() or {}).get(call["id"])
+        if journaled is not None:
+            return journaled
         raw = f"{self.flow.run_context.require_doc().id}|{self.id}|{call.get('name')}|{call['id']}"
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
 

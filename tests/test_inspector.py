@@ -773,3 +773,51 @@ def test_the_attach_button_uploads_an_invoice_and_the_reply_shows_the_record(pag
     assert doc["runStatus"] == "completed"
     assert "file_ref" in json.dumps(doc) and not contains_file(json.dumps(doc), INVOICE_IMAGE.read_bytes())
     assert problems == []
+
+
+def test_the_inspector_marks_journaled_and_replayed_effect_calls(page, start_server, problems):
+    doc = SessionDoc.model_validate({
+        "id": "effects",
+        "revision": 3,
+        "runStatus": "running",
+        "flow": {
+            "name": "SupportFlow",
+            "model": {"provider": "openai", "name": "gpt-4o"},
+            "steps": [{"name": "ReturnsStep", "state": {}}],
+            "currentStep": "ReturnsStep",
+            "sequence": [{"level": 1, "stepName": "ReturnsStep"}],
+            "memory": {"returns": {"messages": [
+                {"type": "system", "content": "Refund."},
+                {"type": "ai", "content": "", "tool_calls": [
+                    {"name": "refund_item", "args": {"sku": "HP-200"}, "id": "pay-1"},
+                    {"name": "lookup", "args": {}, "id": "plain"},
+                ]},
+                {"type": "tool", "content": "refunded", "tool_call_id": "pay-1", "name": "refund_item"},
+                {"type": "tool", "content": "found", "tool_call_id": "plain", "name": "lookup"},
+                {"type": "ai", "content": "", "tool_calls": [
+                    {"name": "refund_item", "args": {"sku": "KB-7"}, "id": "pay-2"}]},
+                {"type": "tool", "content": "refunded", "tool_call_id": "pay-2", "name": "refund_item"},
+            ]}},
+        },
+        "log": [
+            {"timestamp": "2026-01-01T00:00:00.000Z", "level": "log", "message": "effect journaled",
+             "step": "ReturnsStep", "tools": ["refund_item"], "toolCallIds": ["pay-1"]},
+            {"timestamp": "2026-01-01T00:00:01.000Z", "level": "log", "message": "effect replayed",
+             "step": "ReturnsStep", "tools": ["refund_item"], "toolCallIds": ["pay-2"]},
+        ],
+    }).to_json_dict()
+
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return {"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": json.dumps(["SupportFlow"])}
+
+    inspector = Inspector(lambda session_id: doc if session_id == "effects" else None)
+    url = start_server(handler=handler, inspector=inspector)
+    page.goto(f"{url}/?session=effects", timeout=PAGE_TIMEOUT_MS)
+    page.wait_for_selector("body[data-ready=true]")
+    calls = page.locator('#memory details[data-ns="returns"] .call')
+    assert calls.count() == 3
+    badges = [calls.nth(index).locator(".call-head .badge.effect").all_text_contents() for index in range(3)]
+    assert badges == [["effect · journaled"], [], ["effect · replayed"]]
+    assert calls.nth(2).locator(".badge.effect.replayed").count() == 1
+    assert problems == []
+    screenshot(page, "effect-calls", tall=True)

@@ -31,7 +31,7 @@ from tests.support.packaging import ROOT, copy_into, run
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 DISTRIBUTION = PYPROJECT["project"]["name"]
-BUNDLED_FLOWS = ["BasicFlow", "HomeInsuranceQuoteFlow", "HotelFlow", "InvoiceFlow"]
+BUNDLED_FLOWS = ["BasicFlow", "HomeInsuranceQuoteFlow", "HotelFlow", "InvoiceFlow", "SupportFlow"]
 # Lambda's limit on a function's unzipped code.
 LAMBDA_UNZIPPED_LIMIT = 262_144_000
 

@@ -197,7 +197,8 @@ class PresentStep(HotelStep):
     def prompt_values(self) -> dict[str, Any]:
         return {"hotels": self.numbered(with_totals=True)}
 
-    @tool
+    # A booking is made outside the session: an effect runs once per turn, however often the turn is retried.
+    @tool(effect=True)
     async def chosen_hotel(self, args: ChosenHotel) -> Transition:
         """Book the hotel the user chose."""
         picked = booking.pick(self.results(), [args.hotel])

@@ -333,6 +333,24 @@ async def check_large_history(store: SessionStore) -> None:
     assert _same(loaded, saved), "large_history: the loaded document differs from the saved one"
 
 
+async def check_effect_journal(store: SessionStore) -> None:
+    """The effect journal: a recorded outcome loads back as it was; a key is recorded once (the first outcome
+    stays, among concurrent writers exactly one wins); unknown keys load None; entries never show as sessions."""
+    doc = await store.create(_flow())
+    outcome = {"kind": "transition", "states": {"ExploreStep": {"note": "Zoë", "n": [1, 2.5, None]}}, "at": ISO_INSTANT}
+    assert await store.record_effect(doc.id, "k-first", outcome) is True, "effect_journal: a new key was not recorded"
+    assert await store.load_effect(doc.id, "k-first") == outcome, "effect_journal: the outcome did not round-trip"
+    assert await store.record_effect(doc.id, "k-first", {"kind": "none"}) is False, (
+        "effect_journal: a key was recorded twice"
+    )
+    assert await store.load_effect(doc.id, "k-first") == outcome, "effect_journal: a second record replaced the first"
+    assert await store.load_effect(doc.id, "k-unknown") is None, "effect_journal: an unknown key loaded an outcome"
+    won = await asyncio.gather(*(store.record_effect(doc.id, "k-race", {"writer": n}) for n in range(_CONTENDERS)))
+    assert won.count(True) == 1, f"effect_journal: {won.count(True)} concurrent writers recorded one key"
+    loaded = await _load(store, doc.id, "effect_journal")
+    assert loaded.revision == 0 and _same(loaded, doc), "effect_journal: recording an effect changed the session"
+
+
 Check = Callable[[SessionStore], Awaitable[str | None]]
 
 CHECKS: dict[str, Check] = {
@@ -346,6 +364,7 @@ CHECKS: dict[str, Check] = {
     "load_applies_no_policy": check_load_applies_no_policy,
     "blank_flow_name": check_blank_flow_name,
     "flow_name_rebinding": check_flow_name_rebinding,
+    "effect_journal": check_effect_journal,
     "size_limit": check_size_limit,
     "large_history": check_large_history,
 }

@@ -6,6 +6,13 @@ Item layout (partition key ``id``)::
 
 ``doc`` is the zlib-compressed compact JSON of the whole document. Keeping the document binary
 avoids DynamoDB's number and empty-value rules altogether and cuts the write units per turn.
+
+The effect journal (``picoflow.session.journal``) lives in the same table, one small item per recorded effect
+call, under an ``id`` no session can have (session ids never contain ``#``)::
+
+    id S = "effect#<key>" | session S | outcome B | expiresAt N (always: 24 hours on)
+
+The table's TTL on ``expiresAt`` removes the entries; a read ignores one whose time is past meanwhile.
 """
 
 from __future__ import annotations
@@ -36,12 +43,15 @@ from picoflow.session.document import (
     new_document,
     prepare_write,
 )
+from picoflow.session.journal import decode_outcome, encode_outcome, expiry
 from picoflow.session.store import SessionStore
 
 #: DynamoDB's item size limit; it counts attribute names as well as values.
 MAX_ITEM_BYTES = 400 * 1024
 
 COMPRESSION_LEVEL = 6
+#: What a journal entry's ``id`` starts with; ``#`` is never part of a session id.
+EFFECT_ID_PREFIX = "effect#"
 
 CONNECT_TIMEOUT_SECONDS = 2
 READ_TIMEOUT_SECONDS = 5
@@ -194,6 +204,49 @@ class DynamoDBSessionStore(SessionStore):
             request["ExpressionAttributeNames"] = {"#rev": "revision"}
             request["ExpressionAttributeValues"] = {":expected": {"N": str(expected_revision)}}
         await self._call("delete", session_id, "delete_item", **request)
+
+    async def load_effect(self, session_id: str, key: str) -> dict[str, Any] | None:
+        response = await self._call(
+            "load_effect",
+            session_id,
+            "get_item",
+            TableName=self.table_name,
+            Key={"id": {"S": EFFECT_ID_PREFIX + key}},
+            ConsistentRead=True,
+            ProjectionExpression="#out, #exp",
+            ExpressionAttributeNames={"#out": "outcome", "#exp": "expiresAt"},
+        )
+        item = response.get("Item")
+        # DynamoDB's TTL removes expired items some time after they expire, so a read checks for itself.
+        if item is None or int(item["expiresAt"]["N"]) < time.time():
+            return None
+        return decode_outcome(zlib.decompress(item["outcome"]["B"]))
+
+    async def record_effect(self, session_id: str, key: str, outcome: dict[str, Any]) -> bool:
+        item: dict[str, dict[str, Any]] = {
+            "id": {"S": EFFECT_ID_PREFIX + key},
+            "session": {"S": session_id},
+            "outcome": {"B": zlib.compress(encode_outcome(outcome), COMPRESSION_LEVEL)},
+            "expiresAt": {"N": str(expiry())},
+        }
+        size = item_size(item)
+        if size > MAX_ITEM_BYTES:
+            raise SessionTooLargeError(session_id, size, MAX_ITEM_BYTES)
+        try:
+            await self._call(
+                "record_effect",
+                session_id,
+                "put_item",
+                TableName=self.table_name,
+                Item=item,
+                # An expired entry the table's TTL has not removed yet gives way as well.
+                ConditionExpression="attribute_not_exists(id) OR #exp < :now",
+                ExpressionAttributeNames={"#exp": "expiresAt"},
+                ExpressionAttributeValues={":now": {"N": str(int(time.time()))}},
+            )
+        except SessionConflictError:
+            return False
+        return True
 
     async def close(self) -> None:
         if not self._owns_client:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from picoflow.errors import SessionConflictError, SessionTooLargeError
 from picoflow.session.document import FlowDoc, SessionDoc, decode_document, encode_document, new_document, prepare_write
+from picoflow.session.journal import decode_outcome, encode_outcome, expiry
 from picoflow.session.store import SessionStore
 
 
@@ -21,6 +23,8 @@ class MemorySessionStore(SessionStore):
         self.max_document_bytes = max_document_bytes
         # (revision, flow name, encoded document) per session id.
         self._rows: dict[str, tuple[int, str, bytes]] = {}
+        # The effect journal: (expiry epoch second, encoded outcome) per key.
+        self._effects: dict[str, tuple[int, bytes]] = {}
         # A thread lock rather than an asyncio one: the critical sections never await, and callers
         # may also reach the store from worker threads.
         self._lock = threading.Lock()
@@ -56,6 +60,26 @@ class MemorySessionStore(SessionStore):
             if expected_revision is not None and (row is None or row[0] != expected_revision):
                 raise SessionConflictError(session_id)
             self._rows.pop(session_id, None)
+
+    async def load_effect(self, session_id: str, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            entry = self._effects.get(key)
+        if entry is None or entry[0] < time.time():
+            return None
+        return decode_outcome(entry[1])
+
+    async def record_effect(self, session_id: str, key: str, outcome: dict[str, Any]) -> bool:
+        encoded = encode_outcome(outcome)
+        now = time.time()
+        with self._lock:
+            held = self._effects.get(key)
+            if held is not None and held[0] >= now:
+                return False
+            # Expired entries go as new ones arrive, so the journal stays as small as a day's effects.
+            for stale in [k for k, (expires, _) in self._effects.items() if expires < now]:
+                del self._effects[stale]
+            self._effects[key] = (expiry(now), encoded)
+        return True
 
     def _put_new(self, doc: SessionDoc) -> SessionDoc:
         """Keep ``doc`` as a new row; ``SessionConflictError`` when a row already has its id."""

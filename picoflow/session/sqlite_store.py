@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from picoflow.session.document import (
     new_document,
     prepare_write,
 )
+from picoflow.session.journal import decode_outcome, encode_outcome, expiry
 from picoflow.session.store import SessionStore
 
 T = TypeVar("T")
@@ -34,6 +36,15 @@ CREATE TABLE IF NOT EXISTS session (
     run_status TEXT NOT NULL,
     save_on TEXT NOT NULL,
     doc TEXT NOT NULL
+)
+"""
+# The effect journal (picoflow.session.journal): one row per recorded effect call, dropped once expired.
+_JOURNAL_SCHEMA = """
+CREATE TABLE IF NOT EXISTS effect_journal (
+    key TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    outcome TEXT NOT NULL
 )
 """
 
@@ -124,6 +135,31 @@ class SQLiteSessionStore(SessionStore):
         if await self._run("delete", session_id, remove) != 1:
             raise SessionConflictError(session_id)
 
+    async def load_effect(self, session_id: str, key: str) -> dict[str, Any] | None:
+        def read(conn: sqlite3.Connection) -> tuple[str] | None:
+            found: tuple[str] | None = conn.execute(
+                "SELECT outcome FROM effect_journal WHERE key = ? AND expires_at >= ?", (key, int(time.time()))
+            ).fetchone()
+            return found
+
+        row = await self._run("load_effect", session_id, read)
+        return None if row is None else decode_outcome(row[0])
+
+    async def record_effect(self, session_id: str, key: str, outcome: dict[str, Any]) -> bool:
+        text = encode_outcome(outcome).decode("utf-8")
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            now = int(time.time())
+            # Expired entries go as new ones arrive, so the journal stays as small as a day's effects.
+            conn.execute("DELETE FROM effect_journal WHERE expires_at < ?", (now,))
+            cursor = conn.execute(
+                "INSERT OR IGNORE INTO effect_journal (key, session_id, expires_at, outcome) VALUES (?, ?, ?, ?)",
+                (key, session_id, expiry(now), text),
+            )
+            return cursor.rowcount == 1
+
+        return await self._run("record_effect", session_id, insert)
+
     async def close(self) -> None:
         def shut() -> None:
             with self._lock:
@@ -168,6 +204,7 @@ class SQLiteSessionStore(SessionStore):
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.execute(_SCHEMA)
+                conn.execute(_JOURNAL_SCHEMA)
             except BaseException:
                 conn.close()
                 raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from picoflow.errors import PicoFlowError
 from picoflow.session.document import FlowDoc, SessionDoc, encode_document
 
 
@@ -52,6 +53,16 @@ class SessionStore(ABC):
     @abstractmethod
     async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
         """Remove a document; compare-and-swap when ``expected_revision`` is given."""
+
+    async def load_effect(self, session_id: str, key: str) -> dict[str, Any] | None:
+        """The outcome an effect tool's call recorded under ``key`` for ``session_id`` (``picoflow.session.journal``),
+        or None when there is none or it has expired. Backends that keep no journal refuse effect tools."""
+        raise PicoFlowError(f"{type(self).__name__} keeps no effect journal, so it cannot serve effect tools.")
+
+    async def record_effect(self, session_id: str, key: str, outcome: dict[str, Any]) -> bool:
+        """Record ``outcome`` (a JSON object) under ``key`` with one conditional write, kept for
+        ``JOURNAL_TTL_SECONDS``; False, and the first outcome kept, when ``key`` is already recorded."""
+        raise PicoFlowError(f"{type(self).__name__} keeps no effect journal, so it cannot serve effect tools.")
 
     async def close(self) -> None:  # noqa: B027 - most backends hold nothing to release
         """Release connections and handles."""

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -69,10 +70,12 @@ from picoflow.step import (
     collect_steps,
     group_handler,
     handling,
+    is_effect,
     offered_tool_names,
     takes_no_arguments,
     tool_handler,
 )
+from picoflow.turn import effects
 
 MAX_HOPS_PER_TURN = 64
 # finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
@@ -289,6 +292,14 @@ async def _call_handler(step: Step, handler: Any, argument: Any, call: dict[str,
         return await result if inspect.isawaitable(result) else result
 
 
+async def _run_handler(flow: Flow, step: Step, handler: Any, calls: list[dict[str, Any]],
+                       run: Callable[[], Awaitable[Any]]) -> Any:
+    """What a handler returns; an effect handler runs once per turn, however often the turn is retried."""
+    if is_effect(flow, [call["name"] for call in calls], handler):
+        return await effects.once(flow, step, calls, run)
+    return await run()
+
+
 def _handler_route(step: Step, handler: Any, result: Any) -> Transition | None:
     """A tool handler's answer as a transition; None (no transition) only for None itself."""
     if result is None:
@@ -338,7 +349,8 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
                     ))
             return outcome
         validated = [{**call, "args": _as_dict(args)} for call, args in checked]
-        returned = await _call_handler(step, group, validated)
+        run_group = functools.partial(_call_handler, step, group, validated)
+        returned = await _run_handler(flow, step, group, validated, run_group)
         if isinstance(returned, DirectResult):
             outcome.result = _worker_result(flow, step, returned)
             outcome.messages.extend(_tool_message(step, call, TOOL_VALIDATED) for call in calls)
@@ -377,7 +389,8 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
             flow.logger.warn(f"missing tool handler: {name}", step=step.id)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
             continue
-        returned = await _call_handler(step, handler, _handler_argument(handler, args), call)
+        run = functools.partial(_call_handler, step, handler, _handler_argument(handler, args), call)
+        returned = await _run_handler(flow, step, handler, [{**call, "args": _as_dict(args)}], run)
         if isinstance(returned, DirectResult):
             outcome.result = _worker_result(flow, step, returned)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))

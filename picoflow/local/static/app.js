@@ -587,7 +587,7 @@
     renderDiagram(flow);
     renderPath(flow);
     renderStates(flow);
-    renderMemory(flow.memory || {});
+    renderMemory(flow.memory || {}, effectMarks(doc));
     renderTokens(doc.tokens || {}, doc.decisionUsage);
     renderLogs(doc);
     ui.rawBody.replaceChildren();
@@ -750,7 +750,30 @@
     return content ? el('div', { class: 'content' }, content) : el('div', { class: 'content empty' }, '(no text)');
   }
 
-  function renderMemory(memory) {
+  // What the log says of effect tool calls: run and journaled, or replayed from the journal by a retried turn.
+  const EFFECT_LOG = { 'effect journaled': 'journaled', 'effect replayed': 'replayed' };
+
+  /** Tool call id -> 'journaled' or 'replayed', from the session log's effect entries. */
+  function effectMarks(doc) {
+    const marks = new Map();
+    for (const entry of doc.log || []) {
+      const mark = EFFECT_LOG[entry.message];
+      if (!mark) continue;
+      for (const id of entry.toolCallIds || []) marks.set(id, mark);
+    }
+    return marks;
+  }
+
+  function effectBadge(mark) {
+    if (mark === 'replayed') {
+      return el('span', { class: 'badge effect replayed', title: 'A retry of the turn replayed the journaled outcome; '
+        + 'the handler did not run again.' }, 'effect · replayed');
+    }
+    return el('span', { class: 'badge effect', title: 'An effect tool: its outcome was journaled, so a retry of the '
+      + 'turn replays it instead of running the handler again.' }, 'effect · journaled');
+  }
+
+  function renderMemory(memory, marks) {
     const names = Object.keys(memory);
     if (!names.length) {
       ui.memory.replaceChildren(el('p', { class: 'empty' }, 'No memory namespaces yet.'));
@@ -777,7 +800,7 @@
           el('div', { class: 'label' }, 'Rolling summary', through),
           el('div', { class: 'content' }, space.summary)));
       }
-      const items = messages.map((message, index) => messageNode(message, index, results, callers));
+      const items = messages.map((message, index) => messageNode(message, index, results, callers, marks));
       body.push(el('ol', { class: 'messages', start: 0 }, ...items));
       const summary = [
         el('span', { class: 'ns-name' }, name),
@@ -805,7 +828,7 @@
     return latest;
   }
 
-  function messageNode(message, index, results, callers) {
+  function messageNode(message, index, results, callers, marks) {
     const kind = message.type;
     const head = el('div', { class: 'msg-head' },
       el('span', { class: 'index' }, `#${index}`), el('span', { class: `type type-${kind}` }, kind));
@@ -841,6 +864,7 @@
       const callHead = el('div', { class: 'call-head' },
         el('span', { class: 'badge tool' }, 'tool call'), el('strong', {}, call.name),
         el('span', { class: 'hint mono' }, call.id || ''));
+      if (call.id && marks.has(call.id)) callHead.append(effectBadge(marks.get(call.id)));
       let outcome = el('div', { class: 'result missing hint' }, 'no result in this memory');
       if (result) {
         const status = result.message.status || '';

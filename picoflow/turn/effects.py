@@ -1,0 +1,150 @@
+"""Effect tools run once per turn: the first attempt journals what the handler did, every retry replays it.
+
+``once`` wraps the call of an effect handler (``@tool(effect=True)`` and its kin). It derives the call's key
+(``TurnJournal.key``), replays the outcome recorded under it when there is one, and otherwise runs the handler and
+records its outcome in one conditional write before the turn goes on. The recorded outcome is what the handler
+did to the session, in stored form: the value it returned (a transition, a worker's direct result, or nothing)
+and the step states and flow context it changed. Replaying applies those changes and returns the same value, so
+the rest of the turn (the tool message the model reads, the route taken) is what the first attempt saw.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from picoflow.context import TRANSIENT_KEY, before_deadline
+from picoflow.errors import PicoFlowError
+from picoflow.flow import Flow
+from picoflow.messages import from_message_doc, to_message_doc
+from picoflow.session.document import MessageDoc
+from picoflow.session.journal import TurnJournal
+from picoflow.step import DirectResult, Step, Transition, as_transition, effect_keys
+
+#: What the session log says of a call whose handler ran and was journaled, and of one replayed from the journal.
+JOURNALED = "effect journaled"
+REPLAYED = "effect replayed"
+
+
+async def once(flow: Flow, step: Step, calls: list[dict[str, Any]], run: Callable[[], Awaitable[Any]]) -> Any:
+    """The outcome of the effect handler of ``calls`` (validated, as the handler gets them): replayed from the
+    journal when this turn already ran it, else ``run()``'s, journaled before it is returned."""
+    journal = _journal(flow)
+    keys = {call.get("id") or "": journal.key(step.id, call["name"], call.get("args") or {}) for call in calls}
+    if len(calls) == 1:
+        key = next(iter(keys.values()))
+    else:
+        key = journal.key(step.id, "@tools", [[call["name"], call.get("args") or {}] for call in calls])
+    names = [call["name"] for call in calls]
+    ids = [call.get("id") or "" for call in calls]
+    recorded = await before_deadline(journal.recorded(key))
+    if recorded is not None:
+        flow.logger.log(REPLAYED, step=step.id, tools=names, toolCallIds=ids)
+        return _replay(flow, step, recorded)
+    before = _session_state(flow, step)
+    with effect_keys(keys):
+        returned = await run()
+    outcome = _outcome(flow, step, before, returned)
+    if outcome is None:
+        # Not a value a handler may return: the turn reports that defect, and nothing is worth replaying.
+        return returned
+    await before_deadline(journal.record(key, outcome))
+    flow.logger.log(JOURNALED, step=step.id, tools=names, toolCallIds=ids)
+    return returned
+
+
+def _journal(flow: Flow) -> TurnJournal:
+    journal = flow.run_context.require_services().journal
+    if journal is None:
+        raise PicoFlowError("This turn has no effect journal, so it cannot run effect tools.")
+    return journal
+
+
+def _session_state(flow: Flow, step: Step) -> dict[str, Any]:
+    """What an effect handler may change besides its answer: each step's durable state and the flow context."""
+    context = flow.run_context
+    states = {
+        step_id: _durable(context.state_of(step if step_id == step.id else registered))
+        for step_id, registered in context.steps.items()
+    }
+    return {"states": states, "context": copy.deepcopy(context.values)}
+
+
+def _durable(state: dict[str, Any]) -> dict[str, Any]:
+    return {name: copy.deepcopy(value) for name, value in state.items() if name != TRANSIENT_KEY}
+
+
+def _outcome(flow: Flow, step: Step, before: dict[str, Any], returned: Any) -> dict[str, Any] | None:
+    """The stored form of what the handler did, or None when it returned something no handler may return."""
+    after = _session_state(flow, step)
+    changed = {name: state for name, state in after["states"].items() if state != before["states"].get(name)}
+    outcome: dict[str, Any] = {"states": changed}
+    if after["context"] != before["context"]:
+        outcome["context"] = after["context"]
+    if returned is None:
+        outcome["kind"] = "none"
+    elif isinstance(returned, DirectResult):
+        outcome.update(kind="result", value=returned.value)
+    else:
+        transition = as_transition(returned)
+        if transition is None:
+            return None
+        outcome.update(kind="transition", transition=_stored_transition(transition))
+    return outcome
+
+
+def _stored_transition(transition: Transition) -> dict[str, Any]:
+    message = transition.message
+    return {
+        "step": transition.step,
+        "tool": transition.tool,
+        "message": None if message is None else to_message_doc(message).model_dump(mode="json"),
+        "messageId": None if message is None else message.id,
+        "prompt": transition.prompt,
+        "state": transition.state,
+        "contentType": transition.content_type,
+        "finish": transition.finish,
+    }
+
+
+def _replay(flow: Flow, step: Step, recorded: dict[str, Any]) -> Any:
+    """Apply a journaled outcome's session changes and return the value the handler returned."""
+    context = flow.run_context
+    for step_id, state in recorded.get("states", {}).items():
+        owner: Any = step if step_id == step.id else context.steps.get(step_id)
+        if owner is None:
+            continue
+        context.view(flow).record_write(owner, list(state))
+        live = context.state_of(owner)
+        transient = live.get(TRANSIENT_KEY)
+        live.clear()
+        live.update(copy.deepcopy(state))
+        if transient is not None:
+            live[TRANSIENT_KEY] = transient
+    if "context" in recorded:
+        context.values.clear()
+        context.values.update(copy.deepcopy(recorded["context"]))
+    kind = recorded.get("kind")
+    if kind == "result":
+        return DirectResult(copy.deepcopy(recorded.get("value")))
+    if kind == "transition":
+        return _transition(recorded["transition"])
+    return None
+
+
+def _transition(stored: dict[str, Any]) -> Transition:
+    message = None
+    if stored.get("message") is not None:
+        message = from_message_doc(MessageDoc.model_validate(stored["message"]))
+        # A message made without an id (``finish`` outside a handler) gets one when it is delivered.
+        message.id = stored.get("messageId")
+    return Transition(
+        step=stored["step"],
+        tool=stored.get("tool"),
+        message=message,
+        prompt=stored.get("prompt"),
+        state=stored.get("state"),
+        content_type=stored.get("contentType"),
+        finish=bool(stored.get("finish")),
+    )
