@@ -668,20 +668,20 @@ class ToolOffer:
 _offer_pauses: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], float]] = (
     weakref.WeakKeyDictionary()
 )
-#: What was logged about left-out tools, so a listing read at every model call logs each problem once.
-_reported: set[tuple[str, str, str]] = set()
+#: What was logged about left-out tools, so a listing read at every model call logs each problem once per server.
+_reported: set[tuple[Any, ...]] = set()
 REPORTED_LIMIT = 1_024
 
 
-def _report(message: str, server: str, tool: str) -> None:
-    key = (message, server, tool)
+def _report(message: str, spec: MCPServerSpec, tool: str) -> None:
+    key = (message, spec.connection_key(), tool)
     if key in _reported:
         return
     if len(_reported) >= REPORTED_LIMIT:
         _reported.clear()
     _reported.add(key)
     # A hostile server picks its tool names: the log keeps a bounded prefix.
-    library_log.warning(message, extra={"mcpServer": server, "mcpTool": tool[:64]})
+    library_log.warning(message, extra={"mcpServer": spec.name, "mcpTool": tool[:64]})
 
 
 async def _offer_listing(spec: MCPServerSpec) -> dict[str, Any] | None:
@@ -716,13 +716,13 @@ async def offered_tools(flow: Any, offers: Sequence[MCPTools]) -> ToolOffer:
         names = list(offer.tools) if listed is None or not offer.all_tools else list(listed)
         for name in names:
             if flow.get_tool(name) is not None:
-                _report("MCP tool left out: the flow has a tool of that name", spec.name, name)
+                _report("MCP tool left out: the flow has a tool of that name", spec, name)
             elif name in offering.tools or name in offering.unavailable:
-                _report("MCP tool left out: another offered server has a tool of that name", spec.name, name)
+                _report("MCP tool left out: another offered server has a tool of that name", spec, name)
             elif listed is None:
                 offering.unavailable[name] = spec.name
             elif name not in listed:
-                _report("MCP server does not list an offered tool", spec.name, name)
+                _report("MCP server does not list an offered tool", spec, name)
                 offering.unavailable[name] = spec.name
             else:
                 listing = listed[name]
