@@ -47,6 +47,19 @@ TITLE = "Hostile MCP servers: memory and model-request bytes (hostile_mcp_bench.
 COMMAND = ".venv/bin/python benchmarks/hostile_mcp_bench.py --write"
 FLOOD_HOTELS = 110_000
 DEADLINE_SECONDS = 20.0
+#: The same table measured before the caps (commit 83f137d: the SDK's own transports, every listed tool offered).
+BEFORE = """
+| Case | Transport | Turn | Largest model request | Peak RSS | RSS before -> after the turn | Turn time |
+| --- | --- | --- | ---: | ---: | --- | ---: |
+| 1 MB description | stdio | 200 | 977.7 KB | 105 MB | 103 -> 104 MB | 0.01 s |
+| 1 MB description | http | 200 | 977.7 KB | 106 MB | 101 -> 102 MB | 0.01 s |
+| 5,000 tools | stdio | 200 | 877.9 KB | 125 MB | 122 -> 116 MB | 0.04 s |
+| 5,000 tools | http | 200 | 877.9 KB | 127 MB | 124 -> 119 MB | 0.16 s |
+| 20 MB result, offered | stdio | 200 | 3.5 KB | 153 MB | 100 -> 101 MB | 12.78 s |
+| 20 MB result, offered | http | 504 TURN_DEADLINE | 3.1 KB | 680 MB | 103 -> 391 MB | 26.65 s |
+| 20 MB result, handler | stdio | 200 | 0.9 KB | 136 MB | 100 -> 119 MB | 11.15 s |
+| 20 MB result, handler | http | 504 TURN_DEADLINE | 0.6 KB | 680 MB | 103 -> 390 MB | 28.98 s |
+"""
 CASES: dict[str, dict[str, str]] = {
     "1 MB description": {"HOSTILE_DESCRIPTION_BYTES": "1000000"},
     "5,000 tools": {"HOSTILE_TOOLS": "5000"},
@@ -204,6 +217,15 @@ def run_case(case: str, transport: str) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+NOTES = """\
+The 1 MB description and the 5,000 tools no longer reach the model (the tool is left out; the list is refused and
+the step runs with the flow's own tools). The 20 MB answer is refused while it arrives (the model reads the fixed
+unavailable sentence; the handler catches `MCPUnavailableError` with reason `too_large`): peak memory stays within a
+few MB of the process's baseline instead of 150-680 MB, nothing is kept after the turn, and the turn ends within
+its deadline (what remains of its time is the server building its 20 MB answer before the first byte arrives).
+"""
+
+
 def table() -> str:
     rows = [
         "| Case | Transport | Turn | Largest model request | Peak RSS | RSS before -> after the turn | Turn time |",
@@ -232,7 +254,8 @@ def main() -> None:
         return
     figures = table()
     if options.write:
-        write_section(TITLE, COMMAND, figures)
+        caps = "With the default caps (1 MiB per message, 128 tools, 8 KiB per tool description)"
+        write_section(TITLE, COMMAND, f"Before the caps:\n{BEFORE}\n{caps}:\n\n{figures}\n\n{NOTES}")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,11 @@ class ReadLimit:
 
 
 def bounded_http_client(headers: dict[str, str], timeout: float, limit: ReadLimit) -> httpx2.AsyncClient:
-    """An ``httpx2`` client whose POST response bodies stop at ``limit`` (checked on the header, then counted)."""
+    """An ``httpx2`` client whose POST response bodies stop at ``limit``, counted as they arrive.
+
+    Past it, reading fails with a ``StreamError``, which the SDK turns into an error answer to the pending request
+    (the session itself goes on).
+    """
     import httpx2
 
     class TooLarge(httpx2.StreamError):
@@ -90,11 +94,6 @@ def bounded_http_client(headers: dict[str, str], timeout: float, limit: ReadLimi
             # Only POSTs carry answers; the GET stream of server notifications is bounded per event by the SDK.
             if request.method != "POST":
                 return response
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > limit.max_bytes:
-                await response.aclose()
-                limit.tripped = True
-                raise TooLarge("The response passed the client's size limit.")
             assert isinstance(response.stream, httpx2.AsyncByteStream)
             return httpx2.Response(status_code=response.status_code, headers=response.headers,
                                    stream=BoundedStream(response.stream), extensions=response.extensions,

@@ -26,7 +26,8 @@ from tests.support.mcp_servers import HttpServer, free_port
 
 TRANSPORTS = ["http", "stdio"]
 #: The hostile servers over HTTP, by what they do wrong (the stdio ones are started by the flow with these).
-MISDEEDS = {"plain": {}, "described": {"HOSTILE_DESCRIPTION_BYTES": "1000000"}, "crowded": {"HOSTILE_TOOLS": "200"}}
+MISDEEDS = {"plain": {}, "described": {"HOSTILE_DESCRIPTION_BYTES": "1000000"}, "crowded": {"HOSTILE_TOOLS": "200"},
+            "json": {"HOSTILE_JSON_RESPONSE": "1"}}
 
 
 @pytest.fixture(scope="module")
@@ -233,11 +234,13 @@ async def test_an_answer_over_the_byte_cap_is_refused_while_it_arrives_and_the_s
     assert not [r for r in root_records.records if SECRET in json.dumps(vars(r), default=str)]
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("transport", ["http", "http-json", "stdio"])
 async def test_call_tool_reports_an_oversized_answer_as_too_large(
     transport: str, http_servers: dict[str, HttpServer]
 ) -> None:
-    spec = (MCPServerSpec.http("hostile", http_servers["plain"].url, max_result_bytes=50_000) if transport == "http"
+    # Over HTTP, as an event stream and as one JSON body (with its Content-Length).
+    url = http_servers["json" if transport == "http-json" else "plain"].url
+    spec = (MCPServerSpec.http("hostile", url, max_result_bytes=50_000) if transport.startswith("http")
             else MCPServerSpec.stdio("hostile", sys.executable, ["-m", "tests.support.hostile_mcp_server"],
                                      env={"PYTHONPATH": ROOT}, max_result_bytes=50_000))
     with pytest.raises(MCPUnavailableError) as caught:

@@ -6,6 +6,7 @@ What it does wrong is set by its environment:
 - ``HOSTILE_TOOLS``: this many filler tools (``tool_0`` ...) listed beside the others;
 - ``HOSTILE_DESCRIPTION_BYTES``: the size of the ``described`` tool's description;
 - ``HOSTILE_NOISE``: a line (not JSON) written to stdout at start and before every answer;
+- ``HOSTILE_JSON_RESPONSE``: over HTTP, answer with JSON bodies rather than event streams;
 - ``HOSTILE_EXIT_FILE``: when that file exists, the server prints ``HOSTILE_NOISE`` and exits with status 3 at start.
 
 Its tools: ``save_note`` (named like a flow's own tool), ``echo``, ``described``, ``flood`` (a result of
@@ -121,6 +122,7 @@ if __name__ == "__main__":
     build()
     _noise()
     if options.http:
-        server.run("streamable-http", host="127.0.0.1", port=options.port)
+        json_response = bool(os.environ.get("HOSTILE_JSON_RESPONSE"))
+        server.run("streamable-http", host="127.0.0.1", port=options.port, json_response=json_response)
     else:
         server.run("stdio")
