@@ -35,7 +35,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from picoflow.context import time_left
 from picoflow.errors import PicoFlowError
 from picoflow.logger import library_log
-from picoflow.mcp_logging import quiet_sdk_logs
 from picoflow.mcp_transport import ReadLimit, bounded_http_client, bounded_stdio
 
 #: Seconds a server gets for one operation (connecting included) unless its declaration says otherwise.
@@ -434,7 +433,6 @@ async def _open_client(spec: MCPServerSpec, headers: Mapping[str, str], limit: R
                        stack: contextlib.AsyncExitStack) -> Any:
     from mcp.client import Client
 
-    quiet_sdk_logs()
     if spec.url is not None:
         from mcp.client.streamable_http import streamable_http_client
 

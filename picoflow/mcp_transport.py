@@ -1,4 +1,4 @@
-"""Transports to MCP servers that bound what a server can make the process read, on the SDK's public doors.
+"""The ``mcp`` SDK's doors: transports that bound what a server can make the process read, and the SDK's logs.
 
 The SDK reads a whole message before anything can judge its size (a stdio line, an HTTP JSON body), so a
 server answering 20 MB makes the process hold and parse 20 MB. Here every message is counted while it arrives
@@ -9,12 +9,20 @@ and refused once it passes ``MCPServerSpec.max_result_bytes``; the call it answe
 - stdio: a transport of our own (the SDK's ``Client`` accepts any ``Transport``) that starts the server, reads its
   stdout line by line up to the limit, skips what is not JSON-RPC without logging it, and logs the command's
   name and exit status (never its output) when the server exits on its own.
+
+The SDK logs what it failed to parse (a server's stdout line, a response body) with its text and a traceback, and
+every message at DEBUG. Once a transport first opens, the ``mcp`` logger stops passing its records on; each WARNING
+or worse becomes one ``MCP SDK reported a problem`` record on PicoFlow's logger with the SDK logger's name and the
+exception's type only, and anything below WARNING is dropped. An operator who wants the SDK's own records back
+(while debugging a server they trust) sets ``logging.getLogger("mcp").propagate = True`` after the first
+connection.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import subprocess
@@ -23,14 +31,12 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from picoflow.logger import library_log
 
 if TYPE_CHECKING:
     import httpx2
-
-    from picoflow.mcp import MCPServerSpec
 
 #: The JSON-RPC error code of an answer refused for its size (in the range JSON-RPC leaves to implementations).
 RESULT_TOO_LARGE = -32099
@@ -40,6 +46,47 @@ CHUNK_BYTES = 65_536
 ENDS_KEPT = 512
 #: Seconds a stdio server gets to exit after its stdin closes, then again after SIGTERM.
 EXIT_GRACE_SECONDS = 2.0
+
+
+SDK_LOGGER = "mcp"
+
+
+class SdkRecordRelay(logging.Handler):
+    """Re-emits an SDK record as a fixed sentence with its logger's name and exception type (never its text)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else None
+        library_log.log(record.levelno, "MCP SDK reported a problem",
+                        extra={"sdkLogger": record.name, "errorType": error})
+
+
+def quiet_sdk_logs() -> None:
+    """Route the ``mcp`` logger's records through :class:`SdkRecordRelay` only (once; later changes are kept)."""
+    logger = logging.getLogger(SDK_LOGGER)
+    if any(isinstance(handler, SdkRecordRelay) for handler in logger.handlers):
+        return
+    logger.addHandler(SdkRecordRelay())
+    logger.propagate = False
+
+
+class StdioCommand(Protocol):
+    """What starting a stdio server needs of its declaration (``MCPServerSpec`` has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def command(self) -> str | None: ...
+    @property
+    def args(self) -> tuple[str, ...]: ...
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def inherit_env(self) -> tuple[str, ...]: ...
+    @property
+    def cwd(self) -> str | None: ...
 
 
 @dataclass
@@ -65,6 +112,8 @@ def bounded_http_client(headers: dict[str, str], timeout: float, limit: ReadLimi
     (the session itself goes on).
     """
     import httpx2
+
+    quiet_sdk_logs()
 
     class TooLarge(httpx2.StreamError):
         """A response body passed the limit (a ``StreamError``: the SDK answers the pending request with it)."""
@@ -108,7 +157,7 @@ def bounded_http_client(headers: dict[str, str], timeout: float, limit: ReadLimi
 # -- stdio ---------------------------------------------------------------------------------------------------
 
 
-def stdio_environment(spec: MCPServerSpec) -> dict[str, str]:
+def stdio_environment(spec: StdioCommand) -> dict[str, str]:
     """The server's environment: the SDK's minimal set (``PATH``, ``HOME`` ...), ``inherit_env``, then ``env``."""
     from mcp.client.stdio import get_default_environment
 
@@ -116,18 +165,19 @@ def stdio_environment(spec: MCPServerSpec) -> dict[str, str]:
     return {**get_default_environment(), **inherited, **dict(spec.env)}
 
 
-def command_name(spec: MCPServerSpec) -> str:
+def command_name(spec: StdioCommand) -> str:
     """What the logs call the server's command: its file name, never its arguments (they may hold secrets)."""
     return Path(spec.command or "").name
 
 
 @contextlib.asynccontextmanager
-async def bounded_stdio(spec: MCPServerSpec, limit: ReadLimit) -> AsyncIterator[Any]:
+async def bounded_stdio(spec: StdioCommand, limit: ReadLimit) -> AsyncIterator[Any]:
     """Start ``spec``'s command and yield the SDK's ``(read, write)`` streams over its stdin and stdout."""
     import anyio
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
     from mcp.shared.message import SessionMessage
 
+    quiet_sdk_logs()
     cwd = spec.cwd or os.getcwd()
     # The server's stderr is its own log: it goes to the process's real stderr (a replaced sys.stderr, such as a
     # test's capture, has no file descriptor to hand a subprocess).
@@ -215,7 +265,7 @@ async def _stop(process: Any) -> None:
 class _LineReader:
     """Splits the server's stdout into JSON-RPC messages, none longer than the limit, and hands them on."""
 
-    def __init__(self, spec: MCPServerSpec, limit: ReadLimit, out: Any) -> None:
+    def __init__(self, spec: StdioCommand, limit: ReadLimit, out: Any) -> None:
         self.spec = spec
         self.limit = limit
         self.out = out
