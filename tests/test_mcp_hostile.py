@@ -81,6 +81,8 @@ class RootRecords(logging.Handler):
 @pytest.fixture
 def root_records(caplog: pytest.LogCaptureFixture) -> Iterator[RootRecords]:
     caplog.set_level(logging.DEBUG)
+    # Another test may have configured PicoFlow's logger (the Lambda adapter sets its level): DEBUG here.
+    caplog.set_level(logging.DEBUG, logger="picoflow")
     handler = RootRecords()
     logging.getLogger().addHandler(handler)
     yield handler
