@@ -18,28 +18,34 @@ if TYPE_CHECKING:
 APP_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
-def server_from_env(name: str, prefix: str, bundled_module: str, *, timeout: float) -> MCPServerSpec:
+def server_from_env(name: str, prefix: str, bundled_module: str, *, timeout: float,
+                    max_result_bytes: int | None = None) -> MCPServerSpec:
     """``{prefix}_URL`` (streamable HTTP), else ``{prefix}_COMMAND`` (stdio), else ``python -m bundled_module``.
 
     Over HTTP, the Authorization header is the SSM parameter named by ``{prefix}_AUTHORIZATION_PARAMETER`` when
-    that is set (the deployed way), else the value of ``{prefix}_AUTHORIZATION``.
+    that is set (the deployed way), else the value of ``{prefix}_AUTHORIZATION``. A command runs in
+    ``{prefix}_CWD`` (default: the folder holding ``flows/``) and also gets the variables named, comma-separated,
+    in ``{prefix}_INHERIT_ENV`` (say ``NODE_OPTIONS``); ``max_result_bytes`` (None: the default) caps its answers.
     """
-    from picoflow.mcp import MCPServerSpec  # here: a bundled server's process imports this module too
+    from picoflow.mcp import DEFAULT_MAX_RESULT_BYTES, MCPServerSpec  # here: a bundled server imports this too
 
+    limit = max_result_bytes or DEFAULT_MAX_RESULT_BYTES
     url = os.environ.get(f"{prefix}_URL")
     if url:
         parameter = os.environ.get(f"{prefix}_AUTHORIZATION_PARAMETER")
         if parameter:
-            return MCPServerSpec.http(name, url, headers_from_ssm={"Authorization": parameter}, timeout=timeout)
-        return MCPServerSpec.http(
-            name, url, headers_from_env={"Authorization": f"{prefix}_AUTHORIZATION"}, timeout=timeout
-        )
+            return MCPServerSpec.http(name, url, headers_from_ssm={"Authorization": parameter},
+                                      timeout=timeout, max_result_bytes=limit)
+        return MCPServerSpec.http(name, url, headers_from_env={"Authorization": f"{prefix}_AUTHORIZATION"},
+                                  timeout=timeout, max_result_bytes=limit)
     command = shlex.split(os.environ.get(f"{prefix}_COMMAND") or "")
     if not command:
         command = [sys.executable, "-m", bundled_module]
-    # The SDK starts servers with a minimal environment: the path lets a Python server import the application.
+    inherited = [variable.strip() for variable in os.environ.get(f"{prefix}_INHERIT_ENV", "").split(",")]
+    # A stdio server gets a minimal environment: the path lets a Python server import the application.
     return MCPServerSpec.stdio(
-        name, command[0], command[1:], env={"PYTHONPATH": APP_ROOT}, cwd=APP_ROOT, timeout=timeout
+        name, command[0], command[1:], env={"PYTHONPATH": APP_ROOT}, inherit_env=[v for v in inherited if v],
+        cwd=os.environ.get(f"{prefix}_CWD") or APP_ROOT, timeout=timeout, max_result_bytes=limit,
     )
 
 

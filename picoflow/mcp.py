@@ -23,7 +23,6 @@ import contextlib
 import contextvars
 import json
 import os
-import sys
 import threading
 import time
 import weakref
@@ -36,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from picoflow.context import time_left
 from picoflow.errors import PicoFlowError
 from picoflow.logger import library_log
+from picoflow.mcp_transport import ReadLimit, bounded_http_client, bounded_stdio
 
 #: Seconds a server gets for one operation (connecting included) unless its declaration says otherwise.
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -43,6 +43,14 @@ DEFAULT_TIMEOUT_SECONDS = 10.0
 DEADLINE_RESERVE_SECONDS = 0.25
 #: Characters of a tool result the model sees; the rest is cut and marked, keeping the session small.
 DEFAULT_MAX_RESULT_CHARS = 8_000
+#: Bytes of one message a server may send (a tool's result, a page of its tool list); a larger one is refused.
+DEFAULT_MAX_RESULT_BYTES = 1_048_576
+#: Tools a server may list; a longer list is refused (OpenAI accepts at most 128 tools per request).
+DEFAULT_MAX_TOOLS = 128
+#: Bytes of one tool's description as the model would get it (its text and input schema, as JSON).
+DEFAULT_MAX_DESCRIPTION_BYTES = 8_192
+#: Seconds a server whose tools could not be listed stays out of steps' offers before it is asked again.
+OFFER_RETRY_SECONDS = 10.0
 #: SSM is read while a turn waits for its first connect: bounded so a stalled SSM cannot eat the turn.
 SSM_CONFIG = {"connect_timeout": 2, "read_timeout": 3, "retries": {"mode": "standard", "total_max_attempts": 2}}
 #: What the model reads when an offered tool's server fails: a fixed sentence, never the server's words.
@@ -52,7 +60,8 @@ UNAVAILABLE_TOOL_FEEDBACK = (
 )
 
 Reason = Literal[
-    "tool_error", "unreachable", "timeout", "protocol_error", "invalid_result", "unknown_tool", "headers_unavailable"
+    "tool_error", "unreachable", "timeout", "protocol_error", "invalid_result", "unknown_tool", "headers_unavailable",
+    "too_large", "too_many_tools",
 ]
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -77,11 +86,15 @@ class MCPUnavailableError(PicoFlowError):
 
 
 class MCPServerSpec(BaseModel):
-    """One MCP server a flow uses: its name, its transport and where to reach it, and its timeout.
+    """One MCP server a flow uses: its name, its transport and where to reach it, its timeout and its caps.
 
     Build it with :meth:`http` or :meth:`stdio`. Header values never sit in code: they are read when connecting,
     from the environment variables named in ``headers_from_env``, from the SSM parameters named in
     ``headers_from_ssm`` (decrypted, read once per container), or from the ``headers`` callable.
+
+    The caps bound what the server can make the process read and the model receive: ``max_result_bytes`` (each
+    message, counted while it arrives), ``max_tools`` (the length of its tool list) and ``max_description_bytes``
+    (each tool's description and input schema; a tool over it is left out of every offer).
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
@@ -99,6 +112,11 @@ class MCPServerSpec(BaseModel):
     #: Extra headers computed when connecting (any other source of secrets), never logged.
     headers: Callable[[], Mapping[str, str]] | None = Field(default=None, exclude=True)
     timeout: float = Field(default=DEFAULT_TIMEOUT_SECONDS, gt=0)
+    #: Variables of the process's environment a stdio server also gets (beside the SDK's minimal set and ``env``).
+    inherit_env: tuple[str, ...] = ()
+    max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, gt=0)
+    max_tools: int = Field(default=DEFAULT_MAX_TOOLS, gt=0)
+    max_description_bytes: int = Field(default=DEFAULT_MAX_DESCRIPTION_BYTES, gt=0)
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPServerSpec:
@@ -116,6 +134,9 @@ class MCPServerSpec(BaseModel):
         headers_from_ssm: Mapping[str, str] | None = None,
         headers: Callable[[], Mapping[str, str]] | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_tools: int = DEFAULT_MAX_TOOLS,
+        max_description_bytes: int = DEFAULT_MAX_DESCRIPTION_BYTES,
     ) -> MCPServerSpec:
         """A remote server over streamable HTTP.
 
@@ -126,6 +147,7 @@ class MCPServerSpec(BaseModel):
         return cls(
             name=name, url=url, headers_from_env=tuple(sorted((headers_from_env or {}).items())),
             headers_from_ssm=tuple(sorted((headers_from_ssm or {}).items())), headers=headers, timeout=timeout,
+            max_result_bytes=max_result_bytes, max_tools=max_tools, max_description_bytes=max_description_bytes,
         )
 
     @classmethod
@@ -136,16 +158,25 @@ class MCPServerSpec(BaseModel):
         args: Sequence[str] = (),
         *,
         env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
+        inherit_env: Sequence[str] = (),
+        cwd: str | os.PathLike[str] | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_tools: int = DEFAULT_MAX_TOOLS,
+        max_description_bytes: int = DEFAULT_MAX_DESCRIPTION_BYTES,
     ) -> MCPServerSpec:
         """A server started as a subprocess and spoken to over its stdin/stdout.
 
-        The SDK starts it with a minimal environment (``PATH``, ``HOME`` ...) plus ``env``.
+        Its environment is a minimal one (``PATH``, ``HOME``, ``LOGNAME``, ``SHELL``, ``TERM``, ``USER``), the
+        process's variables named in ``inherit_env``, then ``env``: nothing else of the process's environment (its
+        credentials, say) reaches the server. Its working folder is ``cwd``, made absolute when declared (a
+        relative one is read against the process's working folder then); without it, the process's working folder
+        when the server starts. ``command`` is looked up on the server's ``PATH``.
         """
         return cls(
-            name=name, command=command, args=tuple(args), env=tuple(sorted((env or {}).items())), cwd=cwd,
-            timeout=timeout,
+            name=name, command=command, args=tuple(args), env=tuple(sorted((env or {}).items())),
+            inherit_env=tuple(inherit_env), cwd=os.path.abspath(cwd) if cwd is not None else None, timeout=timeout,
+            max_result_bytes=max_result_bytes, max_tools=max_tools, max_description_bytes=max_description_bytes,
         )
 
     @property
@@ -154,8 +185,9 @@ class MCPServerSpec(BaseModel):
 
     def connection_key(self) -> tuple[Any, ...]:
         """What identifies one shared session: everything but the timeout."""
-        return (self.name, self.url, self.command, self.args, self.env, self.cwd, self.headers_from_env,
-                self.headers_from_ssm, id(self.headers) if self.headers else None)
+        return (self.name, self.url, self.command, self.args, self.env, self.inherit_env, self.cwd,
+                self.headers_from_env, self.headers_from_ssm, id(self.headers) if self.headers else None,
+                self.max_result_bytes, self.max_tools, self.max_description_bytes)
 
     def resolved_headers(self) -> dict[str, str]:
         """The headers to send: the environment's now (unset variables left out), SSM's, then ``headers()``.
@@ -315,6 +347,7 @@ class _Connection:
         self.headers = headers
         self.client: Any = None
         self.tools: dict[str, Any] | None = None
+        self.limit = ReadLimit(spec.max_result_bytes)
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         # A fresh context: the session outlives the turn that opened it and must not carry its deadline.
@@ -323,7 +356,7 @@ class _Connection:
     async def _hold(self) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
-                self.client = await _open_client(self.spec, self.headers, stack)
+                self.client = await _open_client(self.spec, self.headers, self.limit, stack)
                 self._ready.set()
                 await self._stop.wait()
         except Exception as exc:  # noqa: BLE001 - a failed or broken transport ends this session, nothing else
@@ -396,28 +429,20 @@ def _answer(call: asyncio.Future[T]) -> T:
         raise
 
 
-async def _open_client(spec: MCPServerSpec, headers: Mapping[str, str], stack: contextlib.AsyncExitStack) -> Any:
+async def _open_client(spec: MCPServerSpec, headers: Mapping[str, str], limit: ReadLimit,
+                       stack: contextlib.AsyncExitStack) -> Any:
     from mcp.client import Client
 
     if spec.url is not None:
-        import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
         # Our own bound (the spec's timeout and the turn's deadline) applies to each call; the HTTP client's
         # limits only catch a connection that hangs for longer.
-        http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=dict(headers), timeout=httpx2.Timeout(max(spec.timeout, 30.0)))
-        )
-        transport: Any = streamable_http_client(spec.url, http_client=http)
+        http = await stack.enter_async_context(bounded_http_client(dict(headers), max(spec.timeout, 30.0), limit))
+        # One SSE event can be no larger than the body that carries it, which the client bounds on its own.
+        transport: Any = streamable_http_client(spec.url, http_client=http, max_sse_event_size=None)
     else:
-        from mcp.client.stdio import StdioServerParameters, stdio_client
-
-        params = StdioServerParameters(command=spec.command or "", args=list(spec.args), env=dict(spec.env) or None,
-                                       cwd=spec.cwd)
-        # The server's stderr goes to the process's real stderr (the function's logs): the subprocess needs a file
-        # descriptor, which a replaced sys.stderr (a test's capture, a logging shim) may not have.
-        errlog = sys.__stderr__ or stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115 - closed by the stack
-        transport = stdio_client(params, errlog=errlog)
+        transport = bounded_stdio(spec, limit)
     return await stack.enter_async_context(Client(transport))
 
 
@@ -509,28 +534,35 @@ async def _on_session(
     for attempt in (1, 2):
         try:
             return await operation(connection, ends)
-        except _Lost:
+        except Exception as exc:  # noqa: BLE001 - sorted below into the reasons a caller is told
+            failure = exc
+        if isinstance(failure, (_Lost, TimeoutError)):
+            # A session that ended, or whose server let a call time out (it may be stuck), is not used again.
             _discard(connection)
-            if fresh or attempt == 2:
-                raise MCPUnavailableError(spec.name, tool, "unreachable") from None
-            library_log.info("MCP session went stale; reconnecting once", extra={"mcpServer": spec.name})
-            connection, fresh = await _connection(spec, ends)
-        except TimeoutError:
-            # A server that let a call time out may be stuck: the next call starts a fresh session.
-            _discard(connection)
+        # An answer refused for its size fails as such, whatever shape the transport gave the failure.
+        if connection.limit.take():
+            raise MCPUnavailableError(spec.name, tool, "too_large") from None
+        if isinstance(failure, MCPUnavailableError):
+            raise failure
+        if isinstance(failure, TimeoutError):
             raise MCPUnavailableError(spec.name, tool, "timeout") from None
-        except MCPUnavailableError:
-            raise
-        except Exception as exc:
-            library_log.warning(
-                "MCP request failed", extra={"mcpServer": spec.name, "mcpTool": tool, "errorType": type(exc).__name__}
-            )
-            raise MCPUnavailableError(spec.name, tool, "protocol_error") from exc
+        if not isinstance(failure, _Lost):
+            library_log.warning("MCP request failed",
+                                extra={"mcpServer": spec.name, "mcpTool": tool, "errorType": type(failure).__name__})
+            raise MCPUnavailableError(spec.name, tool, "protocol_error") from failure
+        if fresh or attempt == 2:
+            raise MCPUnavailableError(spec.name, tool, "unreachable") from None
+        library_log.info("MCP session went stale; reconnecting once", extra={"mcpServer": spec.name})
+        connection, fresh = await _connection(spec, ends)
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 async def list_tools(spec: MCPServerSpec) -> dict[str, Any]:
-    """The server's tools by name (the SDK's ``Tool`` objects), listed once per session."""
+    """The server's tools by name (the SDK's ``Tool`` objects), listed once per session.
+
+    A list longer than ``spec.max_tools`` is refused (``too_many_tools``); a tool whose description and input
+    schema pass ``spec.max_description_bytes`` is left out of it (logged).
+    """
 
     async def listing(connection: _Connection, ends: float) -> dict[str, Any]:
         if connection.tools is None:
@@ -539,13 +571,28 @@ async def list_tools(spec: MCPServerSpec) -> dict[str, Any]:
             while True:
                 page = await connection.run(lambda client, c=cursor: client.list_tools(cursor=c), ends)
                 found.update({tool.name: tool for tool in page.tools})
+                if len(found) > spec.max_tools:
+                    library_log.warning("MCP server lists more tools than max_tools; none is offered",
+                                        extra={"mcpServer": spec.name, "maxTools": spec.max_tools})
+                    raise MCPUnavailableError(spec.name, None, "too_many_tools")
                 cursor = page.next_cursor
                 if cursor is None:
                     break
-            connection.tools = found
+            connection.tools = {name: tool for name, tool in found.items() if _describable(spec, tool)}
         return connection.tools
 
     return await _on_session(spec, None, "listing its tools", listing)
+
+
+def _describable(spec: MCPServerSpec, tool: Any) -> bool:
+    """Whether ``tool``'s description and input schema fit ``spec.max_description_bytes`` (logged when not)."""
+    size = len((tool.description or "").encode()) + len(json.dumps(tool.input_schema).encode())
+    if size <= spec.max_description_bytes:
+        return True
+    library_log.warning("MCP tool left out: its description is larger than max_description_bytes",
+                        extra={"mcpServer": spec.name, "mcpTool": tool.name, "bytes": size,
+                               "maxDescriptionBytes": spec.max_description_bytes})
+    return False
 
 
 async def call_tool(
@@ -600,24 +647,86 @@ def find_server(servers: Sequence[MCPServerSpec], name: str, owner: str) -> MCPS
     raise PicoFlowError(f"MCP server '{name}' is not declared by flow '{owner}' (see define_mcp_servers()).")
 
 
-async def offered_tools(flow: Any, step_id: str, offers: Sequence[MCPTools]) -> dict[str, OfferedTool]:
-    """The server tools a step offers the model (its ``use_mcp_tools()``), by name, with the servers' schemas
-    (connects lazily)."""
-    offered: dict[str, OfferedTool] = {}
+@dataclass(frozen=True)
+class ToolOffer:
+    """What a step offers the model from its servers on this call: the tools, by name, and the allow-listed names
+    left out because their server could not be asked (a call of one answers the fixed unavailable sentence)."""
+
+    tools: dict[str, OfferedTool] = field(default_factory=dict)
+    #: Tool name -> the declared server that could not list it.
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    def unavailable_outcome(self, name: str, arguments: Mapping[str, Any]) -> ToolCallOutcome:
+        """The outcome of a call of a left-out tool: the fixed sentence, and a failed result for a handler."""
+        error = MCPUnavailableError(self.unavailable[name], name, "unreachable")
+        result = MCPToolResult(self.unavailable[name], name, dict(arguments), error=error)
+        return ToolCallOutcome(UNAVAILABLE_TOOL_FEEDBACK, "error", result)
+
+
+_offer_pauses: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], float]] = (
+    weakref.WeakKeyDictionary()
+)
+#: What was logged about left-out tools, so a listing read at every model call logs each problem once per server.
+_reported: set[tuple[Any, ...]] = set()
+REPORTED_LIMIT = 1_024
+
+
+def _report(message: str, spec: MCPServerSpec, tool: str) -> None:
+    key = (message, spec.connection_key(), tool)
+    if key in _reported:
+        return
+    if len(_reported) >= REPORTED_LIMIT:
+        _reported.clear()
+    _reported.add(key)
+    # A hostile server picks its tool names: the log keeps a bounded prefix.
+    library_log.warning(message, extra={"mcpServer": spec.name, "mcpTool": tool[:64]})
+
+
+async def _offer_listing(spec: MCPServerSpec) -> dict[str, Any] | None:
+    """The server's tools for an offer, or None when it cannot list them now (then not asked again for a while)."""
+    loop = asyncio.get_running_loop()
+    pauses = _offer_pauses.setdefault(loop, {})
+    key = spec.connection_key()
+    if pauses.get(key, 0.0) > time.monotonic():
+        return None
+    try:
+        listed = await list_tools(spec)
+    except MCPUnavailableError as exc:
+        library_log.warning("MCP server's tools left out of the offer",
+                            extra={"mcpServer": spec.name, "reason": exc.reason})
+        pauses[key] = time.monotonic() + OFFER_RETRY_SECONDS
+        return None
+    pauses.pop(key, None)
+    return listed
+
+
+async def offered_tools(flow: Any, offers: Sequence[MCPTools]) -> ToolOffer:
+    """The server tools a step offers the model (its ``use_mcp_tools()``), with the servers' schemas.
+
+    Connects lazily. Flow tools always win: a server tool named like one of the flow's own tools is left out, as
+    are tools of a server that cannot list them, allow-listed tools the server does not list, and a second
+    server's tool of a name already offered; each is logged, and the turn goes on with the rest.
+    """
+    offering = ToolOffer()
     for offer in offers:
         spec = flow.mcp_server(offer.server)
-        listed = await list_tools(spec)
-        names = list(listed) if offer.all_tools else list(offer.tools)
+        listed = await _offer_listing(spec)
+        names = list(offer.tools) if listed is None or not offer.all_tools else list(listed)
         for name in names:
-            listing = listed.get(name)
-            if listing is None:
-                library_log.warning("MCP server does not list an offered tool",
-                                    extra={"mcpServer": spec.name, "mcpTool": name})
-                raise MCPUnavailableError(spec.name, name, "unknown_tool")
-            if name in offered:
-                raise PicoFlowError(f"Step '{step_id}' offers the MCP tool '{name}' from two servers.")
-            offered[name] = OfferedTool(spec, offer, name, listing.description or name, dict(listing.input_schema))
-    return offered
+            if flow.get_tool(name) is not None:
+                _report("MCP tool left out: the flow has a tool of that name", spec, name)
+            elif name in offering.tools or name in offering.unavailable:
+                _report("MCP tool left out: another offered server has a tool of that name", spec, name)
+            elif listed is None:
+                offering.unavailable[name] = spec.name
+            elif name not in listed:
+                _report("MCP server does not list an offered tool", spec, name)
+                offering.unavailable[name] = spec.name
+            else:
+                listing = listed[name]
+                offering.tools[name] = OfferedTool(spec, offer, name, listing.description or name,
+                                                 dict(listing.input_schema))
+    return offering
 
 
 @dataclass

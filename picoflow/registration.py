@@ -24,8 +24,9 @@ def check_flow_configuration(flow_cls: type[Flow], services: ProviderSet) -> Non
     """Raise ``PicoFlowError`` when ``flow_cls`` declares something no request could run.
 
     Checked: the steps (ids registered twice, none at all), the tools (offered but neither defined nor
-    handled, one name declared twice), the initial step, every model selection against ``services.providers``,
-    and each step's own configuration (a DecisionStep's decision provider and model) against ``services``.
+    handled, one name declared twice, an MCP allow-list naming a flow tool), the initial step, every model
+    selection against ``services.providers``, and each step's own configuration (a DecisionStep's decision
+    provider and model) against ``services``.
     """
     try:
         flow = flow_cls()
@@ -39,6 +40,7 @@ def check_flow_configuration(flow_cls: type[Flow], services: ProviderSet) -> Non
     _check_initial_step(flow)
     for step in flow.get_steps():
         _check_handlers(flow, step)
+        _check_mcp_names(flow, step)
         if isinstance(step, DecisionStep):
             check_decision_setup(step, services)
     _check_models(flow, services.providers)
@@ -78,6 +80,22 @@ def _check_handlers(flow: Flow, step: Step) -> None:
                 f"Add a handler to the step (@tool async def {name}(self, args) -> ...) or stop offering it in "
                 "use_tools()."
             )
+
+
+def _check_mcp_names(flow: Flow, step: Step) -> None:
+    """Refuse an MCP allow-list naming one of the flow's own tools: flow tools win, so it could never be offered."""
+    try:
+        offers = step.use_mcp_tools()
+    except Exception:  # noqa: BLE001 - step code that needs a request: the offer leaves the tool out then
+        return
+    for offer in offers:
+        for name in offer.tools:
+            if flow.get_tool(name) is not None:
+                raise PicoFlowError(
+                    f"Flow '{flow.id}', step '{step.id}': MCPTools(server='{offer.server}') names '{name}', which is "
+                    "one of the flow's own tools; a flow tool always wins over a server's, so that server tool "
+                    "would never be offered. Rename the flow's tool or remove the name from the allow-list."
+                )
 
 
 def _check_models(flow: Flow, providers: ProviderRegistry) -> None:

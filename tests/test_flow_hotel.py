@@ -618,3 +618,77 @@ def test_another_search_server_changes_the_hotels_presented_and_nothing_else(
         + [turn.body["message"] for turn in other[9:11]] + [other[-1].body["message"]]
     )
     assert not [hotel["name"] for hotel in catalog.hotels() if hotel["name"] in produced]
+
+
+# -- a search server's price list of the wrong length ---------------------------------------------------------
+
+
+def _presented(calls: list[Any]) -> dict[str, str]:
+    """Hotel -> total as PresentStep's prompt lists them."""
+    text = _system_text(calls)
+    listing = text.split("Search results (number. hotel - total price for the stay):\n", 1)[1]
+    return dict(line.split(". ", 1)[1].rsplit(" - total ", 1) for line in listing.splitlines() if " - total " in line)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_server_pricing_the_check_out_day_too_is_charged_for_the_nights_only(
+    transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from picoflow.mcp import close_sessions
+
+    # As the original's server does: one price per day from check-in to check-out, both included, all in its total.
+    monkeypatch.setenv("OTHER_HOTEL_DAYS_PRICED", "with-check-out")
+    server = None
+    if transport == "http":
+        server = HttpServer("tests.support.other_hotel_server", tmp_path / "other.log",
+                            env={"OTHER_HOTEL_DAYS_PRICED": "with-check-out"}).start()
+        monkeypatch.setenv("HOTEL_MCP_URL", server.url)
+    else:
+        monkeypatch.delenv("HOTEL_MCP_URL", raising=False)
+        monkeypatch.setenv("HOTEL_MCP_COMMAND", f"{sys.executable} -m tests.support.other_hotel_server")
+        # A stdio server gets only the variables it is given: this one is passed through by name.
+        monkeypatch.setenv("HOTEL_MCP_INHERIT_ENV", "OTHER_HOTEL_DAYS_PRICED")
+    session = Session([_call("capture_choices", {"criteria": SUITES}), _reply("Here they are."),
+                       _call("chosen_hotel", {"hotel": "1"})])
+    try:
+        await session.say("suite, 7/1 to 7/6, search")
+        presented = _presented(session.provider.calls[-1])
+        response = await session.say("book the first")
+    finally:
+        await close_sessions()
+        if server is not None:
+            server.stop()
+
+    monkeypatch.delenv("OTHER_HOTEL_DAYS_PRICED")
+    nights_only = {name: chart.money(total) for name, total in _other_server_hotels("suite")}
+    assert len(presented) >= 2 and presented == {name: nights_only[name] for name in presented}
+    first = next(iter(presented))
+    booked = (await session.doc()).flow.steps[1].state["booking"]
+    assert response.completed and booked["hotel"] == first
+    assert chart.money(booked["total"]) == nights_only[first]
+
+
+def test_a_price_list_is_matched_to_the_nights_of_the_stay() -> None:
+    assert booking.nightly_prices([100.0, 110.0], 2) == [100.0, 110.0]
+    assert booking.nightly_prices([100.0, 110.0, 120.0], 2) == [100.0, 110.0]
+    assert booking.nightly_prices([100.0], 2) is None
+    assert booking.nightly_prices([100.0] * 4, 2) is None
+
+
+async def test_hotels_priced_for_too_few_days_are_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from picoflow.mcp import close_sessions
+
+    monkeypatch.setenv("OTHER_HOTEL_DAYS_PRICED", "one-short")
+    monkeypatch.delenv("HOTEL_MCP_URL", raising=False)
+    monkeypatch.setenv("HOTEL_MCP_COMMAND", f"{sys.executable} -m tests.support.other_hotel_server")
+    monkeypatch.setenv("HOTEL_MCP_INHERIT_ENV", "OTHER_HOTEL_DAYS_PRICED")
+    session = Session([_call("capture_choices", {"criteria": SUITES}), _reply("Nothing fits.")])
+    try:
+        await session.say("suite, 7/1 to 7/6, search")
+    finally:
+        await close_sessions()
+    doc = await session.doc()
+    assert doc.flow.current_step == "ExploreStep"
+    assert _tool_results(doc, "hotel-explore")[-1].startswith("No hotel matches")
+    left_out = [entry for entry in doc.warn if entry.message.startswith("hotel left out")]
+    assert left_out and left_out[0].model_dump()["prices"] == 4

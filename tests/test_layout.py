@@ -120,8 +120,9 @@ def test_the_search_turn_crosses_few_framework_files() -> None:
           f"({len(edges)} caller -> callee directions), {sum(edges.values())} cross-file calls, "
           f"{flow_step_calls} calls between flow.py and step.py")
     print("files:", ", ".join(sorted(files)))
-    # telemetry.py (the turn's spans, opened by engine.py, turn/loop.py and session/lifecycle.py) counts 1 and 3.
-    assert len(files) <= 13, sorted(files)
+    # telemetry.py (the turn's spans, opened by engine.py, turn/loop.py and session/lifecycle.py) and mcp_transport.py
+    # (the first MCP connection goes through PicoFlow's bounded transport) each count 1.
+    assert len(files) <= 14, sorted(files)
     assert len(linked) <= 28, sorted(edges)
     assert len(edges) <= 31, sorted(edges)  # keeps the directed figure from growing back
     assert flow_step_calls <= 10

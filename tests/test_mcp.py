@@ -87,7 +87,7 @@ async def test_a_step_offers_its_allowlist_with_the_servers_schemas(transport: s
     flow = McpFlow()
     collect_steps(flow)
     step = flow.get_step("OfferStep")
-    offered = await offered_tools(flow, step.id, step.use_mcp_tools())
+    offered = (await offered_tools(flow, step.use_mcp_tools())).tools
     assert sorted(offered) == ["add", "big", "fail", "slow"]
     described = offered["add"].as_model_tool()["function"]
     assert described["description"] == "Add two integers."

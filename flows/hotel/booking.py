@@ -24,6 +24,20 @@ def date_problem(start: str, end: str, today: date) -> str | None:
     return None
 
 
+def nightly_prices(prices: list[float], nights: int) -> list[float] | None:
+    """The price of each night of a stay of ``nights`` nights, from a search server's price list; None if unusable.
+
+    A list of one price per night is used as it is. The original demo's server also prices the check-out day (six
+    prices for five nights): that last price is no night's and is dropped. A list of any other length cannot be
+    matched to the nights, so the hotel cannot be offered.
+    """
+    if len(prices) == nights:
+        return list(prices)
+    if len(prices) == nights + 1:
+        return list(prices[:nights])
+    return None
+
+
 def pick(found: list[dict[str, Any]], refs: list[str]) -> list[dict[str, Any]] | None:
     """Resolve list numbers ("2", "#2") or names to result entries; None if any is unknown or repeated."""
     by_name = {entry["hotel"].casefold(): entry for entry in found}

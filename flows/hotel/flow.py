@@ -11,6 +11,9 @@ from picoflow.mcp import MCPServerSpec
 MODEL = ModelSelection(provider="openai", name="gpt-4o")
 #: Seconds the hotel search may take, connecting included (a bundled stdio server starts within it).
 SEARCH_TIMEOUT_SECONDS = 10.0
+#: Bytes a search answer may take: every hotel of a city with its details fits many times over, and the answer
+#: goes into the prompt of the next steps.
+SEARCH_MAX_BYTES = 262_144
 
 
 class HotelFlow(Flow):
@@ -28,7 +31,8 @@ class HotelFlow(Flow):
 
     def define_mcp_servers(self) -> list[MCPServerSpec]:
         # HOTEL_MCP_URL (streamable HTTP), else HOTEL_MCP_COMMAND (stdio), else the bundled server over stdio.
-        return [server_from_env(SERVER, "HOTEL_MCP", "flows.hotel.mcp_server", timeout=SEARCH_TIMEOUT_SECONDS)]
+        return [server_from_env(SERVER, "HOTEL_MCP", "flows.hotel.mcp_server", timeout=SEARCH_TIMEOUT_SECONDS,
+                                max_result_bytes=SEARCH_MAX_BYTES)]
 
     def define_steps(self) -> list[Step]:
         # ExploreStep comes first, so it is where a new session starts.

@@ -83,18 +83,24 @@ async def search(flow: Flow, criteria: dict[str, Any]) -> list[dict[str, Any]]:
     result = await flow.call_mcp_tool(SERVER, TOOL, request, result_model=SearchHotelsResult)
     nights = [night.isoformat() for night in stay_nights(date.fromisoformat(request.startDate),
                                                           date.fromisoformat(request.endDate))]
-    return [
-        {
+    found = []
+    for hotel in result.hotels:
+        prices = booking.nightly_prices(hotel.prices, len(nights))
+        if prices is None:
+            flow.logger.warn("hotel left out: its price list does not match the nights of the stay",
+                             nights=len(nights), prices=len(hotel.prices))
+            continue
+        found.append({
             "hotel": hotel.hotelName,
             "nights": nights,
-            "prices": hotel.prices,
-            "total": hotel.total,
+            "prices": prices,
+            # The total of the nights charged, so the price table always sums to it.
+            "total": round(sum(prices), 2),
             "amenities": hotel.amenities,
             "room_types": hotel.roomTypes,
             "distance": hotel.distanceMiles.model_dump() if hotel.distanceMiles else None,
-        }
-        for hotel in result.hotels
-    ]
+        })
+    return found
 
 
 class HotelStep(Step):

@@ -33,7 +33,7 @@ from picoflow.files.reader import with_file_parts
 from picoflow.files.refs import with_files
 from picoflow.files.reopen import OPEN_FILE_TOOL, FileOpening, open_file_tool
 from picoflow.flow import Flow
-from picoflow.mcp import OfferedTool, offered_tools, run_offered
+from picoflow.mcp import ToolCallOutcome, ToolOffer, offered_tools, run_offered
 from picoflow.messages import (
     CONTINUE_PREFIX,
     EMPTY_RESPONSE_NUDGE,
@@ -367,8 +367,11 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
     opening: FileOpening | None = None
     for call in telemetry.tool_calls(calls, outcome.messages):
         name = call["name"]
-        if name in offered:
-            await _dispatch_offered(flow, step, call, offered[name], outcome)
+        if name in offered.tools or name in offered.unavailable:
+            arguments = call.get("args") or {}
+            ran = (await run_offered(offered.tools[name], arguments) if name in offered.tools
+                   else offered.unavailable_outcome(name, arguments))
+            await _dispatch_offered(flow, step, call, ran, outcome)
             continue
         if name == OPEN_FILE_TOOL and name not in exposed:
             opening = opening or FileOpening(step.get_memory(), flow.run_context.files.budget, step)
@@ -408,14 +411,13 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
     return outcome
 
 
-async def _dispatch_offered(flow: Flow, step: Step, call: dict[str, Any], tool: OfferedTool,
+async def _dispatch_offered(flow: Flow, step: Step, call: dict[str, Any], ran: ToolCallOutcome,
                             outcome: _ToolOutcome) -> None:
-    """An MCP tool the step offers: the server answers, and a same-named handler of the step gets its result."""
-    ran = await run_offered(tool, call.get("args") or {})
+    """An MCP tool the step offers, answered: a same-named handler of the step gets the server's result."""
     handler = tool_handler(step, call["name"]) if ran.result is not None else None
     if handler is None:
-        if ran.result is not None and not ran.result.ok:
-            flow.logger.warn("MCP tool unavailable", step=step.id, server=tool.spec.name, tool=tool.name,
+        if ran.result is not None and ran.result.error is not None:
+            flow.logger.warn("MCP tool unavailable", step=step.id, server=ran.result.server, tool=ran.result.tool,
                              reason=ran.result.error.reason)
         outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
         return
@@ -435,10 +437,10 @@ async def _dispatch_offered(flow: Flow, step: Step, call: dict[str, Any], tool: 
         outcome.extra, outcome.finish = transition.message, transition.finish
 
 
-async def _offered_mcp_tools(step: Step) -> dict[str, OfferedTool]:
-    """The MCP server tools ``step`` offers, by name; a step offering none never reaches the MCP client."""
+async def _offered_mcp_tools(step: Step) -> ToolOffer:
+    """The MCP server tools ``step`` offers; a step offering none never reaches the MCP client."""
     offers = step.use_mcp_tools()
-    return await offered_tools(step.flow, step.id, offers) if offers else {}
+    return await offered_tools(step.flow, offers) if offers else ToolOffer()
 
 
 def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult:
@@ -620,7 +622,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
     specs = [flow.run_context.require_tool(name, flow.id) for name in offered_tool_names(step)]
     schema = step.struct_output_schema()
     # Tools offered from MCP servers come with their servers' schemas (listed when first needed).
-    offered = [] if schema is not None else [tool.as_model_tool() for tool in (await _offered_mcp_tools(step)).values()]
+    offered = [] if schema is not None else [t.as_model_tool() for t in (await _offered_mcp_tools(step)).tools.values()]
     tools = [spec.as_model_tool() for spec in specs] + offered
     if schema is not None:
         runnable = model.with_structured_output(schema, include_raw=True)

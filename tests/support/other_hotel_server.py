@@ -3,11 +3,14 @@
 It shares no code with ``flows/hotel``: it filters on what it knows of its hotels but reports only the original
 result (``hotelName``, ``prices`` per night, ``total``), none of the contract's optional details.
 ``python -m tests.support.other_hotel_server`` serves over stdio, ``--http --port N`` over streamable HTTP.
+``OTHER_HOTEL_DAYS_PRICED`` changes how many days it prices: ``with-check-out`` prices the check-out day too (as the
+original demo's server does: six prices for five nights, all in the total), ``one-short`` one day fewer.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from datetime import date, timedelta
 
 from mcp.server.mcpserver import MCPServer
@@ -66,7 +69,8 @@ def search_hotels(
 ) -> Found:
     """Hotels offering every amenity and room type, within the distances, each night priced within the budget."""
     start, end = date.fromisoformat(startDate), date.fromisoformat(endDate)
-    nights = [start + timedelta(days=n) for n in range((end - start).days)]
+    extra = {"with-check-out": 1, "one-short": -1}.get(os.environ.get("OTHER_HOTEL_DAYS_PRICED", ""), 0)
+    nights = [start + timedelta(days=n) for n in range((end - start).days + extra)]
     room = roomTypes[0] if roomTypes else "one bed"
     found = []
     for name, base, rooms, offered, airport, center in HOTELS:
