@@ -395,7 +395,9 @@ def test_the_sample_event_runs_through_the_handler_as_sam_local_would(walkthroug
     project = walkthrough.project
     code = (
         "import json, os\n"
-        "os.environ.update(json.load(open('events/env.json'))['ApiFunction'])\n"
+        # The project folder stands for /var/task, where the build puts the function's code and events/script.json.
+        "env = json.load(open('events/env.json'))['ApiFunction']\n"
+        "os.environ.update({k: v.replace('/var/task', os.getcwd(), 1) for k, v in env.items()})\n"
         "from picoflow.aws.apigw import FakeLambdaContext\n"
         "from handlers.api import lambda_handler\n"
         "response = lambda_handler(json.load(open('events/run.json')), FakeLambdaContext())\n"
