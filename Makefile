@@ -5,13 +5,25 @@ FLOW ?= HotelFlow
 
 .PHONY: run eval test lint bench clean chromium build-ApiFunction lock
 
+RUN_STAMP := $(VENV)/.installed-run
+# setuptools' notice about editable installs, which would otherwise end the install's output.
+QUIET_SETUPTOOLS := PYTHONWARNINGS="ignore:Editable installation"
+
+# Everything the tests, the linter and the benchmarks use.
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	$(QUIET_SETUPTOOLS) $(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP) $(RUN_STAMP)
 
-run: $(STAMP)
+# Only what the demo needs: the library and its own dependencies, with pip's progress shown.
+$(RUN_STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(QUIET_SETUPTOOLS) $(PY) -m pip install -e .
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(PY) -m picoflow.local.demo --flow $(FLOW) $(if $(FLOWS),--flows $(FLOWS)) $(if $(SERVE),--serve)
 
 # Offline: each bundled flow's scenario.json judged turn by turn, the flow scripted by its conversation.json and

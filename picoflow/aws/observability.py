@@ -54,6 +54,12 @@ def _tracer() -> Tracer | None:
 tracer = _tracer()
 
 
+def cold_start_metric_wanted() -> bool:
+    """Whether the handler publishes Powertools' ColdStart metric: not when ``POWERTOOLS_METRICS_DISABLED`` is
+    true (the local demo), as Powertools prints that metric whatever the setting says."""
+    return not strtobool(os.environ.get("POWERTOOLS_METRICS_DISABLED") or "false")
+
+
 def session_log_id(session_id: str) -> str:
     """What log lines carry for a session: a digest, since the id itself lets anyone holding it continue."""
     return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:16]
