@@ -147,7 +147,9 @@ def test_serve_warns_of_each_flow_whose_provider_has_no_key(monkeypatch, capsys)
     ]
     assert unconfigured_models([AskFlow], ProviderRegistry(override=ScriptedProvider([]))) == []
 
-    for name in ("SESSION_STORE", "OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_SCRIPT"):
+    # serve sets some of these itself: each is restored afterwards.
+    for name in ("SESSION_STORE", "PICOFLOW_FLOWS", "FILES_FOLDER", "OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER",
+                 "PICOFLOW_SCRIPT"):
         monkeypatch.setenv(name, "placeholder")
         monkeypatch.delenv(name)
     monkeypatch.setenv("SESSION_STORE", "MEMORY")
