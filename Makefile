@@ -3,15 +3,27 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FLOW ?= HotelFlow
 
-.PHONY: run eval test lint bench clean chromium docs build-ApiFunction
+.PHONY: run eval test lint bench clean chromium docs build-ApiFunction lock
 
+RUN_STAMP := $(VENV)/.installed-run
+# setuptools' notice about editable installs, which would otherwise end the install's output.
+QUIET_SETUPTOOLS := PYTHONWARNINGS="ignore:Editable installation"
+
+# Everything the tests, the linter and the benchmarks use.
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,docs]'
-	touch $(STAMP)
+	$(QUIET_SETUPTOOLS) $(PY) -m pip install --quiet -e '.[dev,docs]'
+	touch $(STAMP) $(RUN_STAMP)
 
-run: $(STAMP)
+# Only what the demo needs: the library and its own dependencies, with pip's progress shown.
+$(RUN_STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(QUIET_SETUPTOOLS) $(PY) -m pip install -e .
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(PY) -m picoflow.local.demo --flow $(FLOW) $(if $(FLOWS),--flows $(FLOWS)) $(if $(SERVE),--serve)
 
 # Offline: each bundled flow's scenario.json judged turn by turn, the flow scripted by its conversation.json and
@@ -42,26 +54,45 @@ test: lint chromium
 
 # The Lambda function's code. `sam build` runs this target (template.yaml: BuildMethod makefile) with
 # ARTIFACTS_DIR set; it also runs on its own: ARTIFACTS_DIR=/tmp/function make build-ApiFunction.
-# It installs requirements.txt as wheels for the function's runtime and architecture (so any host can
-# build it, no python3.12 needed) and copies the example application, handlers/ and flows/; nothing
-# else of the repository ships. boto3, botocore and s3transfer are left out: the function uses the
-# copies the Lambda Python runtime includes. build/ goes first, as setuptools would pack whatever an
-# earlier build left in build/lib into the library's wheel.
+# It installs requirements.txt, the lock `make lock` compiles from pyproject.toml (every package pinned and
+# hashed, checked with --require-hashes), as wheels for the function's runtime and architecture (so any host
+# can build it, no python3.12 needed), then the picoflow library from this checkout, and copies the example
+# application, handlers/ and flows/, and the model script events/env.json names for `sam local invoke`;
+# nothing else of the repository ships. build/ goes first, as setuptools would pack whatever an earlier build
+# left in build/lib into the library's wheel. LAMBDA_PYTHON and LAMBDA_PLATFORMS name the runtime the wheels
+# are for: set them to this host's to run the built folder here (tests/test_function_build.py does).
 LAMBDA_PYTHON ?= 3.12
 LAMBDA_PLATFORMS ?= manylinux2014_aarch64 manylinux_2_28_aarch64
 BUILD_PY ?= python3
-RUNTIME_PROVIDED := boto3 botocore s3transfer
+# Left out of the lock, as the function never imports them: the AWS SDK (the Lambda Python runtime includes
+# it and the function uses that copy); zstandard (21 MB), which langsmith, a dependency of langchain-core, lists
+# only to compress trace uploads to LangSmith, which the function never sends (langsmith does without it); and
+# pycparser, which cffi needs only to compile C declarations, while cryptography's bindings come compiled.
+# Give LOCK_EXTRAS (e.g. bedrock) to lock an optional provider into the function too.
+LOCK_LEFT_OUT := boto3 botocore s3transfer zstandard pycparser
+LOCK_EXTRAS ?=
 
 build-ApiFunction:
 	@test -n "$(ARTIFACTS_DIR)" || { echo "ARTIFACTS_DIR is not set" >&2; exit 2; }
 	rm -rf build
 	$(BUILD_PY) -m pip install --quiet --disable-pip-version-check --no-compile --upgrade \
-		--target "$(ARTIFACTS_DIR)" \
+		--target "$(ARTIFACTS_DIR)" --require-hashes --no-deps \
 		--implementation cp --python-version $(LAMBDA_PYTHON) --only-binary=:all: \
 		$(addprefix --platform ,$(LAMBDA_PLATFORMS)) -r requirements.txt
-	cd "$(ARTIFACTS_DIR)" && rm -rf bin $(foreach name,$(RUNTIME_PROVIDED),$(name) $(name)-*.dist-info)
+	$(BUILD_PY) -m pip install --quiet --disable-pip-version-check --no-compile --upgrade --no-deps \
+		--target "$(ARTIFACTS_DIR)" .
+	rm -rf build "$(ARTIFACTS_DIR)/bin"
 	cp -R handlers flows "$(ARTIFACTS_DIR)/"
+	mkdir -p "$(ARTIFACTS_DIR)/events" && cp events/script.json "$(ARTIFACTS_DIR)/events/"
 	find "$(ARTIFACTS_DIR)/handlers" "$(ARTIFACTS_DIR)/flows" -name __pycache__ -prune -exec rm -rf {} +
+
+# requirements.txt, the function's lock: pyproject.toml's dependencies resolved for the function's runtime.
+# Run it after changing those dependencies and commit the result.
+lock: $(STAMP)
+	$(VENV)/bin/uv pip compile pyproject.toml --quiet --generate-hashes \
+		--python-version $(LAMBDA_PYTHON) --python-platform aarch64-manylinux_2_28 \
+		$(addprefix --extra ,$(LOCK_EXTRAS)) $(addprefix --no-emit-package ,$(LOCK_LEFT_OUT)) \
+		--output-file requirements.txt
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

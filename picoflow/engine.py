@@ -17,6 +17,7 @@ from picoflow.errors import (
     FileStoreError,
     FlowNotFoundError,
     FlowSetupError,
+    ModelNotConfiguredError,
     ModelUnavailableError,
     PicoFlowError,
     SessionConflictError,
@@ -186,6 +187,8 @@ class FlowEngine:
             raise TurnDeadlineError("The turn has no time left before its deadline; please retry.")
         try:
             flow = await loop.prepare_flow(self._flows[turn.flow_name], turn.config, self.providers)
+        except ModelNotConfiguredError:
+            raise
         except Exception as exc:  # noqa: BLE001 - a flow that cannot be built answers, it never raises
             raise lifecycle.defect(exc, "FLOW_SETUP_FAILED", FlowSetupError) from exc
         opened = await lifecycle.open_session(self.session_store, flow, turn)
@@ -201,6 +204,11 @@ class FlowEngine:
             files = TurnFiles(self.file_store, turn.files, turn.file_data, self.file_budget)
             flow.run_context.bind(doc, services, files)
             response = await bounded_turn(loop.answer_turn(flow, turn.message, turn.request_id))
+        except ModelNotConfiguredError as exc:
+            # The operator's to fix, not the user's: nothing is written, not even a first turn's empty session.
+            saved = doc.stored and doc.revision != found_revision
+            return RunResponse.failure(exc, doc.id if doc.stored else turn.session_id or "", turn.request_id,
+                                       saved=saved)
         except _UNTOUCHED_ERRORS as exc:
             # Every save moves the revision: a restore hook's migration, a batch flow's or a checkpoint's save.
             saved = doc.stored and doc.revision != found_revision

@@ -189,6 +189,21 @@ class ModelUnavailableError(PicoFlowError):
     status_code = 502
 
 
+class ModelNotConfiguredError(PicoFlowError):
+    """The deployment cannot reach a model: a provider without its key, an unreadable key parameter, a provider
+    that is not registered or a model its provider does not know. The operator's to fix: nothing is written."""
+
+    code = "MODEL_NOT_CONFIGURED"
+    status_code = 503
+
+    def __init__(self, message: str, *, provider: str, setting: str) -> None:
+        super().__init__(message)
+        #: The provider the selection named.
+        self.provider = provider
+        #: The name (never the value) of the setting to fix: a variable, a parameter or the model name.
+        self.setting = setting
+
+
 class FlowSetupError(PicoFlowError):
     """The flow could not be built for this turn (constructor, ``init``, steps or model configuration)."""
 
@@ -280,6 +295,7 @@ PUBLIC_MESSAGES: dict[str, str] = {
     "MODEL_TIMEOUT": "The model service did not answer in time; the session is unchanged, please retry.",
     "MODEL_THROTTLED": "The model service is busy; the session is unchanged, please retry shortly.",
     "MCP_UNAVAILABLE": "A tool service the flow depends on is unavailable; the session is unchanged, please retry.",
+    "MODEL_NOT_CONFIGURED": "The model service is not configured on this server; the session is unchanged.",
     "LLM_BLOCKED": "The model service refused this request.",
     "TURN_FAILED": "The flow failed while handling this turn.",
     "FLOW_SETUP_FAILED": "The flow could not be started; the session is unchanged.",
@@ -325,6 +341,9 @@ SAVED_MESSAGES: dict[str, str] = {
     ),
     "FILE_TYPE_UNSUPPORTED": (
         "The model of this step cannot read this type of file; changes made earlier in this request were saved."
+    ),
+    "MODEL_NOT_CONFIGURED": (
+        "The model service is not configured on this server; changes made earlier in this request were saved."
     ),
 }
 

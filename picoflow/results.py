@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from picoflow.errors import (
     RETRY_AFTER_SECONDS,
     BadRequestError,
+    ModelNotConfiguredError,
     PicoFlowError,
     SessionOutcomeUnknownError,
     SessionStoreError,
@@ -74,6 +75,10 @@ class RunResponse(BaseModel):
             "errorType": type(cause).__name__,
             "where": _origin(cause),
         }
+        if isinstance(exc, ModelNotConfiguredError):
+            # Names only: which provider, and which setting (a variable or parameter name) the operator must set.
+            extra["provider"] = exc.provider
+            extra["setting"] = exc.setting
         if isinstance(exc, SessionStoreError | SessionOutcomeUnknownError):
             # Our own wording: operation, endpoint and backend code, never user text.
             extra["detail"] = exc.message

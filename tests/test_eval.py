@@ -303,6 +303,16 @@ def test_a_deployed_api_without_the_session_route_leaves_step_and_state_unchecke
     assert all(turn["flowTokens"] is None for turn in turns)
 
 
+def test_the_report_names_the_judge_that_answered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --judge-script alone: the scenario's judgeModel (an OpenAI model) is selected, and the script answers.
+    judge = write_json(tmp_path / "judge.json", verdicts(*[0.9] * 14))
+    status, report = evaluate(tmp_path, ORIGINAL_FORMAT, "--judge-script", str(judge))
+    assert status == 0
+    selected = json.loads(ORIGINAL_FORMAT.read_text())["judgeModel"]
+    assert report["scenarios"][0]["judge"] == f"scripted (in place of openai:{selected})"
+    assert f"judge scripted (in place of openai:{selected})" in capsys.readouterr().out
+
+
 def test_the_judge_asks_an_openai_compatible_server_for_a_structured_verdict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

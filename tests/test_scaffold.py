@@ -395,7 +395,9 @@ def test_the_sample_event_runs_through_the_handler_as_sam_local_would(walkthroug
     project = walkthrough.project
     code = (
         "import json, os\n"
-        "os.environ.update(json.load(open('events/env.json'))['ApiFunction'])\n"
+        # The project folder stands for /var/task, where the build puts the function's code and events/script.json.
+        "env = json.load(open('events/env.json'))['ApiFunction']\n"
+        "os.environ.update({k: v.replace('/var/task', os.getcwd(), 1) for k, v in env.items()})\n"
         "from picoflow.aws.apigw import FakeLambdaContext\n"
         "from handlers.api import lambda_handler\n"
         "response = lambda_handler(json.load(open('events/run.json')), FakeLambdaContext())\n"
@@ -407,3 +409,40 @@ def test_the_sample_event_runs_through_the_handler_as_sam_local_would(walkthroug
     assert response["statusCode"] == 200, response
     script = json.loads((project / "events/script.json").read_text())
     assert json.loads(response["body"])["message"] == script[0]["content"]
+
+
+def test_the_generated_template_matches_the_repositorys_for_production(project: Path) -> None:
+    main = cfn_yaml.load(str(Path(__file__).resolve().parents[1] / "template.yaml"))
+    generated = cfn_yaml.load(str(project / "template.yaml"))
+    assert generated["Transform"] == main["Transform"]
+    for name in ("MemorySize", "Timeout", "ReservedConcurrency", "AlarmTopicArn", "JwtIssuer", "JwtAudience"):
+        assert generated["Parameters"][name] == main["Parameters"][name], name
+    for name in ("HasJwtAuthorizer", "HasReservedConcurrency", "HasAlarmTopic"):
+        assert generated["Conditions"][name] == main["Conditions"][name], name
+    assert generated["Rules"] == main["Rules"]
+
+    def alarms(template: dict) -> dict:
+        return {k: v for k, v in template["Resources"].items() if v["Type"] == "AWS::CloudWatch::Alarm"}
+
+    assert alarms(generated) == alarms(main) and alarms(main)
+
+    def function(template: dict) -> dict:
+        (props,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
+        return props
+
+    for key in ("MemorySize", "Timeout", "Tracing", "ReservedConcurrentExecutions"):
+        assert function(generated)[key] == function(main)[key], key
+    for template in (generated, main):
+        log_group = template["Resources"][function(template)["LoggingConfig"]["LogGroup"]["Ref"]]
+        assert log_group["Properties"]["RetentionInDays"] == 30
+    table = generated["Resources"]["SessionsTable"]
+    main_table = main["Resources"]["SessionsTable"]
+    for key in ("PointInTimeRecoverySpecification", "SSESpecification", "DeletionProtectionEnabled"):
+        assert table["Properties"][key] == main_table["Properties"][key], key
+
+    def api(template: dict) -> dict:
+        (props,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::HttpApi"]
+        return props
+
+    assert api(generated)["Auth"] == api(main)["Auth"]
+    assert api(generated)["AccessLogSettings"] == api(main)["AccessLogSettings"]

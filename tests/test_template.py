@@ -55,8 +55,17 @@ def test_function_runtime_shape(function):
     major, minor = function["Runtime"].removeprefix("python").split(".")
     assert (int(major), int(minor)) >= (3, 12)
     assert function["Architectures"] == ["arm64"]
-    assert 512 <= function["MemorySize"] <= 2048
-    assert function["Timeout"] < 29
+
+
+def test_memory_and_timeout_are_parameters(template, function):
+    params = template["Parameters"]
+    assert function["MemorySize"] == {"Ref": "MemorySize"} and function["Timeout"] == {"Ref": "Timeout"}
+    memory, timeout = params["MemorySize"], params["Timeout"]
+    assert memory["Type"] == timeout["Type"] == "Number"
+    # 512 MB covers the primed init (docs/operating/production.md); below 256 MB init can pass Lambda's limit.
+    assert memory["Default"] == 512 and memory["MinValue"] >= 256 and memory["MaxValue"] == 10240
+    # Below API Gateway's 29 s integration limit, so a slow turn ends in the function's own envelope.
+    assert timeout["Default"] == 25 and timeout["MaxValue"] < 29
 
 
 def test_routes(function):
@@ -298,12 +307,14 @@ def test_default_route_throttling(template, http_api):
 
 def test_reserved_concurrency(template, function):
     param = template["Parameters"]["ReservedConcurrency"]
-    assert param["Type"] == "Number" and param["Default"] == 10 and param["MinValue"] == 0
+    # Off by default: a reservation fails to deploy on an account whose concurrency quota is small.
+    assert param["Type"] == "Number" and param["Default"] == 0 and param["MinValue"] == 0
     assert "model provider" in param["Description"] and "other functions" in param["Description"]
+    assert "quota" in param["Description"]
     condition = template["Conditions"]["HasReservedConcurrency"]
-    assert _evaluate(condition, _defaults(template)) is True
     # 0 means no reservation at all, not a reservation of zero (which would throttle every request).
-    assert _evaluate(condition, _defaults(template) | {"ReservedConcurrency": "0"}) is False
+    assert _evaluate(condition, _defaults(template)) is False
+    assert _evaluate(condition, _defaults(template) | {"ReservedConcurrency": "10"}) is True
     assert function["ReservedConcurrentExecutions"] == {
         "Fn::If": ["HasReservedConcurrency", {"Ref": "ReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
     }
@@ -435,3 +446,117 @@ def test_snapstart_is_off_unless_enabled(template, function):
     }
     assert function["AutoPublishAlias"] == {"Fn::If": ["HasSnapStart", "live", {"Ref": "AWS::NoValue"}]}
 
+
+
+def test_samconfig_reserves_no_concurrency():
+    import tomllib
+
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())["default"]["deploy"]["parameters"]
+    assert "ReservedConcurrency" not in config.get("parameter_overrides", "")
+
+
+def test_the_sessions_table_is_protected_from_deletion(template, table_name):
+    table = template["Resources"][table_name]
+    assert table["Properties"]["DeletionProtectionEnabled"] is True
+    assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Retain"
+
+
+# -- alarms ---------------------------------------------------------------------------------------------------
+
+
+def _alarms(template) -> dict[str, dict]:
+    return {name: r for name, r in template["Resources"].items() if r["Type"] == "AWS::CloudWatch::Alarm"}
+
+
+def _metrics(alarm: dict) -> list[tuple[str, str, dict, str]]:
+    """(namespace, metric name, dimensions, statistic) of each metric the alarm reads."""
+    props = alarm["Properties"]
+    if "MetricName" in props:
+        dimensions = {d["Name"]: d["Value"] for d in props["Dimensions"]}
+        return [(props["Namespace"], props["MetricName"], dimensions, props["Statistic"])]
+    found = []
+    for query in props["Metrics"]:
+        if "MetricStat" in query:
+            metric = query["MetricStat"]["Metric"]
+            dimensions = {d["Name"]: d["Value"] for d in metric["Dimensions"]}
+            found.append((metric["Namespace"], metric["MetricName"], dimensions, query["MetricStat"]["Stat"]))
+    return found
+
+
+def _expression(alarm: dict) -> str:
+    (expression,) = [q["Expression"] for q in alarm["Properties"]["Metrics"] if "Expression" in q]
+    return expression if isinstance(expression, str) else expression["Fn::Sub"]
+
+
+def _alarm_on(template, namespace: str, metric_name: str) -> dict:
+    (alarm,) = [a for a in _alarms(template).values() if any(m[:2] == (namespace, metric_name) for m in _metrics(a))]
+    return alarm
+
+
+def test_alarm_topic_parameter(template):
+    param = template["Parameters"]["AlarmTopicArn"]
+    assert param["Type"] == "String" and param["Default"] == ""
+    assert re.fullmatch(param["AllowedPattern"], "arn:aws:sns:eu-west-1:123456789012:picoflow-alarms")
+    assert not re.fullmatch(param["AllowedPattern"], "picoflow-alarms")
+    condition = template["Conditions"]["HasAlarmTopic"]
+    assert _evaluate(condition, _defaults(template)) is False
+    assert _evaluate(condition, _defaults(template) | {"AlarmTopicArn": "arn:aws:sns:eu-west-1:1:t"}) is True
+
+
+def test_every_alarm_notifies_the_optional_topic(template):
+    alarms = _alarms(template)
+    assert len(alarms) == 7
+    notify = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+    for name, alarm in alarms.items():
+        props = alarm["Properties"]
+        assert props["AlarmActions"] == props["OKActions"] == notify, name
+        assert props["TreatMissingData"] == "notBreaching", name
+        assert props["AlarmDescription"], name
+
+
+def test_api_5xx_rate_alarm(template):
+    alarm = _alarm_on(template, "AWS/ApiGateway", "5xx")
+    metrics = _metrics(alarm)
+    assert {(m[1], m[3]) for m in metrics} == {("5xx", "Sum"), ("Count", "Sum")}
+    assert all(m[2] == {"ApiId": {"Ref": "HttpApi"}} for m in metrics)
+    assert _expression(alarm) == "IF(requests >= 10, 100 * errors / requests, 0)"
+    assert alarm["Properties"]["Threshold"] == 5
+
+
+@pytest.mark.parametrize("metric_name", ["Errors", "Throttles"])
+def test_function_errors_and_throttles_alarms(template, metric_name):
+    alarm = _alarm_on(template, "AWS/Lambda", metric_name)
+    assert _metrics(alarm) == [("AWS/Lambda", metric_name, {"FunctionName": {"Ref": "ApiFunction"}}, "Sum")]
+    props = alarm["Properties"]
+    assert (props["ComparisonOperator"], props["Threshold"]) == ("GreaterThanOrEqualToThreshold", 1)
+
+
+def test_p99_duration_alarm_is_relative_to_the_timeout(template):
+    alarm = _alarm_on(template, "AWS/Lambda", "Duration")
+    assert _metrics(alarm) == [("AWS/Lambda", "Duration", {"FunctionName": {"Ref": "ApiFunction"}}, "p99")]
+    # Duration is in milliseconds, the Timeout parameter in seconds: the expression gives a share of it.
+    assert _expression(alarm) == "100 * duration / (${Timeout} * 1000)"
+    assert alarm["Properties"]["Threshold"] == 80
+
+
+def test_concurrency_alarm_is_relative_to_the_reservation(template):
+    alarm = _alarm_on(template, "AWS/Lambda", "ConcurrentExecutions")
+    assert alarm["Condition"] == "HasReservedConcurrency"
+    assert _metrics(alarm) == [
+        ("AWS/Lambda", "ConcurrentExecutions", {"FunctionName": {"Ref": "ApiFunction"}}, "Maximum")
+    ]
+    assert _expression(alarm) == "100 * concurrency / ${ReservedConcurrency}"
+    assert alarm["Properties"]["Threshold"] == 80
+
+
+@pytest.mark.parametrize("metric_name", ["ThrottledRequests", "SystemErrors"])
+def test_dynamodb_alarms_cover_every_operation_of_the_function(template, function, table_name, metric_name):
+    alarm = _alarm_on(template, "AWS/DynamoDB", metric_name)
+    metrics = _metrics(alarm)
+    assert all(m[2]["TableName"] == {"Ref": table_name} and m[3] == "Sum" for m in metrics)
+    (statement,) = [s for s in function["Policies"][0]["Statement"] if s.get("Sid") == "SessionItems"]
+    used = {action.removeprefix("dynamodb:") for action in statement["Action"]}
+    assert {m[2]["Operation"] for m in metrics} == used
+    ids = [q["Id"] for q in alarm["Properties"]["Metrics"] if "MetricStat" in q]
+    assert _expression(alarm) == f"SUM([{', '.join(ids)}])"
+    assert alarm["Properties"]["Threshold"] == 1

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import handlers.api as api
-from picoflow import FlowEngine
+from picoflow import FlowEngine, ModelSelection
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.errors import PUBLIC_MESSAGES, RETRY_AFTER_SECONDS, SessionStoreError, public_message
@@ -91,9 +91,10 @@ def test_a_throttled_model_is_503_and_other_failures_502():
     class ClientError(Exception):  # the shape of botocore's, as Bedrock raises it
         response = {"Error": {"Code": "ThrottlingException", "Message": "Too many requests"}}
 
-    assert _Failure("invocation_error", "error", "x", 3, ClientError()).as_error().code == "MODEL_THROTTLED"
-    throttled = _Failure("invocation_error", "error", "429", 3, RateLimited()).as_error()
-    failing = _Failure("invocation_error", "error", "500", 3, RuntimeError()).as_error()
+    selection = ModelSelection(provider="bedrock", name="amazon.nova-lite-v1:0")
+    assert _Failure("invocation_error", "error", "x", 3, ClientError()).as_error(selection).code == "MODEL_THROTTLED"
+    throttled = _Failure("invocation_error", "error", "429", 3, RateLimited()).as_error(selection)
+    failing = _Failure("invocation_error", "error", "500", 3, RuntimeError()).as_error(selection)
     assert (throttled.code, throttled.status_code) == ("MODEL_THROTTLED", 503)
     assert (failing.code, failing.status_code) == ("MODEL_UNAVAILABLE", 502)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flows.basic.weather_mcp_server import TOOL, Temperatures
+from flows.basic.weather_contract import TOOL, Temperatures
 from picoflow.flow import Flow
 
 SERVER = "weather"

@@ -8,22 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
+from flows.basic.weather_contract import TOOL, CityReading, Temperatures
 from flows.servers import run_bundled_server
 
-TOOL = "get_city_temperatures"
 _TEMPERATURES = {"LA": 72, "NYC": 83}
-
-
-class CityReading(BaseModel):
-    city: str
-    #: None when the service does not know the city.
-    temperature: int | None
-
-
-class Temperatures(BaseModel):
-    temperatures: list[CityReading]
 
 
 def get_city_temperatures(cities: list[str]) -> Temperatures:

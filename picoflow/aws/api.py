@@ -31,7 +31,7 @@ from picoflow import RunResponse
 from picoflow.aws.cors import cors_config
 from picoflow.aws.deadline import turn_deadline, wait_limit
 from picoflow.aws.idempotency import IdempotencyKeyHeader
-from picoflow.aws.observability import correlate, logger, metrics, record_turn, tracer
+from picoflow.aws.observability import cold_start_metric_wanted, correlate, logger, metrics, record_turn, tracer
 from picoflow.aws.refusals import NOT_JSON, UNDECODABLE_BODY, Refusal, refusal
 from picoflow.aws.requests import (
     EndedSessionHeader,
@@ -303,7 +303,7 @@ if tracer is not None:
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
-@metrics.log_metrics(capture_cold_start_metric=True)
+@metrics.log_metrics(capture_cold_start_metric=cold_start_metric_wanted())
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The Lambda handler: resolve one API Gateway v2 event into a proxy response."""
     return _resolve(event, context)

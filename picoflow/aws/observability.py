@@ -54,6 +54,12 @@ def _tracer() -> Tracer | None:
 tracer = _tracer()
 
 
+def cold_start_metric_wanted() -> bool:
+    """Whether the handler publishes Powertools' ColdStart metric: not when ``POWERTOOLS_METRICS_DISABLED`` is
+    true (the local demo), as Powertools prints that metric whatever the setting says."""
+    return not strtobool(os.environ.get("POWERTOOLS_METRICS_DISABLED") or "false")
+
+
 def session_log_id(session_id: str) -> str:
     """What log lines carry for a session: the digest its trace spans carry as ``gen_ai.conversation.id``."""
     return session_digest(session_id)

@@ -98,11 +98,16 @@ class Judge:
         # Built now so a missing key or an unknown model stops the evaluation before its first turn.
         self._model = registry.chat_model(selection)
         self._prompt = prompt
+        #: The provider that answers whatever the selection names (a judge script), if any.
+        self._answered_by = registry.override.name if registry.override is not None else None
 
     @property
     def name(self) -> str:
-        """``provider:model``, as reports show the judge."""
-        return f"{self.selection.provider}:{self.selection.name}"
+        """The judge as reports show it: ``provider:model``, or the provider that answers in its place (a script)."""
+        selected = f"{self.selection.provider}:{self.selection.name}"
+        if self._answered_by is None or self._answered_by == self.selection.provider:
+            return selected
+        return f"{self._answered_by} (in place of {selected})"
 
     async def judge(self, case: JudgeCase) -> Judgement:
         """The verdict on ``case``; a failed call or an unusable answer is a ``Judgement`` with an ``error``."""

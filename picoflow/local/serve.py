@@ -26,6 +26,7 @@ from picoflow.aws.discovery import DECISION_PROVIDERS_VARIABLE, FLOWS_VARIABLE
 from picoflow.files.local_store import LocalFileStore, store_upload_target
 from picoflow.local.inspector import Inspector, session_reader
 from picoflow.local.project import DEFAULT_HANDLER, LambdaHandler, load_handler
+from picoflow.local.readiness import startup_warnings
 from picoflow.wire import JSON
 
 # Where uploads go when neither FILES_BUCKET nor FILES_FOLDER says otherwise (beside the default SQLite file).
@@ -337,6 +338,8 @@ def serve(
     if decision_providers:
         os.environ[DECISION_PROVIDERS_VARIABLE] = decision_providers
     server = make_server(host, port, handler, inspector=inspector)
+    for warning in startup_warnings(os.environ):
+        print(f"Warning: {warning}", file=sys.stderr, flush=True)
     print(f"PicoFlow API listening on {server.url} (session store {os.environ['SESSION_STORE']})", flush=True)
     routes = "POST /ai/run, POST /ai/files, POST /ai/end, GET /ai/flows, GET /health"
     if server.uploads is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import ModelNotConfiguredError, PicoFlowError
 from picoflow.files.refs import KNOWN_TYPES
 from picoflow.models.caching import ANTHROPIC_POINTS, PROMPT_CACHE_PARAM, check_prompt_cache, prompt_caching
 from picoflow.models.common import (
@@ -18,6 +18,7 @@ from picoflow.models.common import (
     checked_params,
     env_value,
     import_extra,
+    key_setting,
     usage_normalising,
 )
 from picoflow.models.registry import ModelProvider, ModelSelection
@@ -65,14 +66,21 @@ class AnthropicProvider(ModelProvider):
                 f"Model '{label}' thinking must be an object such as {{'type': 'enabled', 'budget_tokens': 2048}}."
             )
 
+    def missing_setting(self) -> str | None:
+        """``ANTHROPIC_API_KEY`` (or its ``_PARAMETER``) when no key is set."""
+        env = os.environ if self._environ is None else self._environ
+        return None if self._api_key or env_value(env, "ANTHROPIC_API_KEY") else key_setting(env, "ANTHROPIC_API_KEY")
+
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """A ``ChatAnthropic`` with a request timeout; its client retries transport failures itself."""
         env = os.environ if self._environ is None else self._environ
         api_key = self._api_key or env_value(env, "ANTHROPIC_API_KEY")
         if not api_key:
-            raise PicoFlowError(
+            raise ModelNotConfiguredError(
                 f"Model provider '{self.name}' has no API key: pass api_key to AnthropicProvider "
-                "or set ANTHROPIC_API_KEY."
+                "or set ANTHROPIC_API_KEY.",
+                provider=self.name,
+                setting=key_setting(env, "ANTHROPIC_API_KEY"),
             )
         base_url = self._base_url or env_value(env, "ANTHROPIC_BASE_URL") or ANTHROPIC_DEFAULT_BASE_URL
         module = import_extra("langchain_anthropic", provider=self.name, extra="anthropic")

@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import ModelNotConfiguredError, PicoFlowError
 from picoflow.files.refs import KNOWN_TYPES
 from picoflow.models.caching import PROMPT_CACHE_PARAM, bedrock_points, check_prompt_cache, prompt_caching
 from picoflow.models.common import (
@@ -67,15 +67,22 @@ class BedrockProvider(ModelProvider):
             if key in params and not isinstance(params[key], dict):
                 raise PicoFlowError(f"Model '{label}' {key} must be an object.")
 
+    def missing_setting(self) -> str | None:
+        """``AWS_REGION`` when no Region is set (credentials are boto3's to find, at the first call)."""
+        env = os.environ if self._environ is None else self._environ
+        return None if self._region or env_value(env, "AWS_REGION", "AWS_DEFAULT_REGION") else "AWS_REGION"
+
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """A ``ChatBedrockConverse`` whose boto3 client has connect and read timeouts and retries transport
         failures and throttling itself (botocore's standard mode)."""
         env = os.environ if self._environ is None else self._environ
         region = self._region or env_value(env, "AWS_REGION", "AWS_DEFAULT_REGION")
         if not region:
-            raise PicoFlowError(
+            raise ModelNotConfiguredError(
                 f"Model provider '{self.name}' has no AWS Region: pass region to BedrockProvider "
-                "or set AWS_REGION (Lambda sets it)."
+                "or set AWS_REGION (Lambda sets it).",
+                provider=self.name,
+                setting="AWS_REGION",
             )
         module = import_extra("langchain_aws", provider=self.name, extra="bedrock")
         from botocore.config import Config

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import ModelNotConfiguredError, PicoFlowError
 from picoflow.models.registry import ModelSelection
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -115,14 +115,23 @@ def env_value(environ: Mapping[str, str], *names: str | None) -> str | None:
     return None
 
 
+def key_setting(environ: Mapping[str, str], key_variable: str) -> str:
+    """The setting to name for a missing key: ``<key_variable>_PARAMETER`` when that parameter is set (so its
+    value could not be read), else ``key_variable`` itself."""
+    parameter = f"{key_variable}_PARAMETER"
+    return parameter if env_value(environ, parameter) else key_variable
+
+
 def import_extra(module: str, *, provider: str, extra: str) -> ModuleType:
     """Import ``module`` from an optional dependency, or explain which extra installs it."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         package = module.replace("_", "-")
-        raise PicoFlowError(
-            f"Model provider '{provider}' needs the {package} package: pip install 'picoflow[{extra}]'."
+        raise ModelNotConfiguredError(
+            f"Model provider '{provider}' needs the {package} package: pip install 'picoflow[{extra}]'.",
+            provider=provider,
+            setting=f"the {package} package",
         ) from exc
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import ModelNotConfiguredError, PicoFlowError
 from picoflow.files.refs import KNOWN_TYPES
 from picoflow.models.common import (
     CLIENT_RETRIES,
@@ -17,6 +17,7 @@ from picoflow.models.common import (
     checked_params,
     env_value,
     import_extra,
+    key_setting,
 )
 from picoflow.models.registry import ModelProvider, ModelSelection
 
@@ -69,15 +70,24 @@ class GoogleProvider(ModelProvider):
                 f"got {budget!r}."
             )
 
+    def missing_setting(self) -> str | None:
+        """``GOOGLE_API_KEY`` (or its ``_PARAMETER``) when neither it nor ``GEMINI_API_KEY`` is set."""
+        env = os.environ if self._environ is None else self._environ
+        if self._api_key or env_value(env, "GOOGLE_API_KEY", "GEMINI_API_KEY"):
+            return None
+        return key_setting(env, "GOOGLE_API_KEY")
+
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """A ``ChatGoogleGenerativeAI`` with a request timeout and a single attempt per call (the runner makes
         the attempts)."""
         env = os.environ if self._environ is None else self._environ
         api_key = self._api_key or env_value(env, "GOOGLE_API_KEY", "GEMINI_API_KEY")
         if not api_key:
-            raise PicoFlowError(
+            raise ModelNotConfiguredError(
                 f"Model provider '{self.name}' has no API key: pass api_key to GoogleProvider "
-                "or set GOOGLE_API_KEY (or GEMINI_API_KEY)."
+                "or set GOOGLE_API_KEY (or GEMINI_API_KEY).",
+                provider=self.name,
+                setting=key_setting(env, "GOOGLE_API_KEY"),
             )
         module = import_extra("langchain_google_genai", provider=self.name, extra="google")
         options: dict[str, Any] = {"timeout": DEFAULT_TIMEOUT_SECONDS, **selection.params}

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from langchain_core.language_models import BaseChatModel
 
 from picoflow.context import call_deadline
-from picoflow.errors import PicoFlowError
+from picoflow.errors import ModelNotConfiguredError, PicoFlowError
 from picoflow.files.refs import IMAGE_TYPES, KNOWN_TYPES
 from picoflow.logger import library_log
 from picoflow.models.common import (
@@ -30,6 +30,7 @@ from picoflow.models.common import (
     check_common_values,
     check_reserved,
     env_value,
+    key_setting,
     usage_normalising,
 )
 from picoflow.models.registry import ModelProvider, ModelSelection
@@ -152,15 +153,31 @@ class OpenAIProvider(ModelProvider):
         if accepted is not None:
             check_accepted(label, params, accepted)
 
+    def missing_setting(self) -> str | None:
+        """The key variable (or its ``_PARAMETER``) when no key is set, or Azure's endpoint or API version."""
+        endpoint = self.endpoint
+        env = os.environ if self._environ is None else self._environ
+        if endpoint.key_required and not (self._api_key or env_value(env, endpoint.key_env)):
+            return key_setting(env, endpoint.key_env)
+        if endpoint.kind != "azure":
+            return None
+        if not (self._base_url or env_value(env, endpoint.base_url_env)):
+            return endpoint.base_url_env
+        if not (self._api_version or env_value(env, endpoint.api_version_env)):
+            return endpoint.api_version_env
+        return None
+
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """A chat model for ``selection`` with a request timeout; its client retries transport failures."""
         endpoint = self.endpoint
         env = os.environ if self._environ is None else self._environ
         api_key = self._api_key or env_value(env, endpoint.key_env)
         if not api_key and endpoint.key_required:
-            raise PicoFlowError(
+            raise ModelNotConfiguredError(
                 f"Model provider '{self.name}' has no API key: pass api_key to OpenAIProvider "
-                f"or set {endpoint.key_env}."
+                f"or set {endpoint.key_env}.",
+                provider=self.name,
+                setting=key_setting(env, endpoint.key_env),
             )
         base_url = self._base_url or env_value(env, endpoint.base_url_env)
         options: dict[str, Any] = {"timeout": DEFAULT_TIMEOUT_SECONDS, **selection.params}
@@ -199,15 +216,19 @@ class OpenAIProvider(ModelProvider):
     ) -> BaseChatModel:
         endpoint = self.endpoint
         if not azure_endpoint:
-            raise PicoFlowError(
+            raise ModelNotConfiguredError(
                 f"Model provider '{self.name}' has no endpoint: pass base_url to OpenAIProvider or set "
-                f"{endpoint.base_url_env} (https://<resource>.openai.azure.com/)."
+                f"{endpoint.base_url_env} (https://<resource>.openai.azure.com/).",
+                provider=self.name,
+                setting=endpoint.base_url_env,
             )
         api_version = self._api_version or env_value(env, endpoint.api_version_env)
         if not api_version:
-            raise PicoFlowError(
+            raise ModelNotConfiguredError(
                 f"Model provider '{self.name}' has no API version: pass api_version to OpenAIProvider or set "
-                f"{endpoint.api_version_env} (e.g. 2024-10-21)."
+                f"{endpoint.api_version_env} (e.g. 2024-10-21).",
+                provider=self.name,
+                setting=str(endpoint.api_version_env),
             )
         from langchain_openai import AzureChatOpenAI
 

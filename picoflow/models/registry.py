@@ -12,7 +12,7 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
 
-from picoflow.errors import PicoFlowError
+from picoflow.errors import ModelNotConfiguredError, PicoFlowError
 from picoflow.session.document import ModelSelectionDoc
 
 ProviderFamily = Literal["openai", "gemini", "anthropic", "unsupported"]
@@ -131,6 +131,11 @@ class ModelProvider(ABC):
     def validate(self, selection: ModelSelection) -> None:  # noqa: B027 - an optional hook, not abstract
         """Raise ``PicoFlowError`` when this provider cannot serve ``selection``; accepts everything by default."""
 
+    def missing_setting(self) -> str | None:
+        """The name (never the value) of a setting this provider needs to build a model and lacks, such as its key
+        variable; None when nothing is missing. ``chat_model`` raises ``ModelNotConfiguredError`` naming it."""
+        return None
+
 
 class ProviderRegistry:
     """The providers an engine can use, keyed by name, with one cached chat model per distinct selection.
@@ -178,9 +183,11 @@ class ProviderRegistry:
         registered = self._providers.get(selection.provider)
         if self.override is None:
             if registered is None:
-                raise PicoFlowError(
+                raise ModelNotConfiguredError(
                     f"Model '{selection.provider}:{selection.name}' cannot be used: "
-                    f"model provider '{selection.provider}' is not registered."
+                    f"model provider '{selection.provider}' is not registered.",
+                    provider=selection.provider,
+                    setting="the registered model providers",
                 )
             registered.validate(selection)
             return

@@ -28,7 +28,13 @@ from picoflow.context import (
     model_call_for,
     time_left,
 )
-from picoflow.errors import LlmBlockedError, ModelUnavailableError, ParallelCancelledError, PicoFlowError
+from picoflow.errors import (
+    LlmBlockedError,
+    ModelNotConfiguredError,
+    ModelUnavailableError,
+    ParallelCancelledError,
+    PicoFlowError,
+)
 from picoflow.files.reader import with_file_parts
 from picoflow.files.refs import with_files
 from picoflow.files.reopen import OPEN_FILE_TOOL, FileOpening, open_file_tool
@@ -519,14 +525,38 @@ class _Failure:
     last_response: Any = None
     stopped_because: StopReason = "attempts_exhausted"
 
-    def as_error(self) -> ModelUnavailableError:
+    def as_error(self, selection: ModelSelection) -> ModelUnavailableError | ModelNotConfiguredError:
         # Codes of their own, so clients and metrics tell a failing model apart from a failing flow; none aborts.
         text = f"LLM call failed. Reason:{self.reason}. Error:{self.message}"
+        setting = _configuration_setting(self.error)
+        if setting is not None:
+            return ModelNotConfiguredError(text, provider=selection.provider, setting=setting)
         if self.reason == "timeout":
             return ModelUnavailableError(text, code="MODEL_TIMEOUT", status_code=504)
         if _is_throttling(self.error):
             return ModelUnavailableError(text, code="MODEL_THROTTLED", status_code=503)
         return ModelUnavailableError(text)
+
+
+# What a provider's refusal of the deployment's own settings means: a key it rejects, a model it does not know.
+_CONFIGURATION_STATUSES = {401: "the API key", 404: "the model name"}
+_CONFIGURATION_CODES = {
+    "UnrecognizedClientException": "the AWS credentials",
+    "AccessDeniedException": "the model access of the function's role",
+    "ResourceNotFoundException": "the model name",
+}
+
+
+def _configuration_setting(error: BaseException | None) -> str | None:
+    """The setting an operator must fix when ``error`` says the deployment itself is misconfigured, else None."""
+    if error is None:
+        return None
+    status = getattr(error, "status_code", None)
+    if isinstance(status, int) and status in _CONFIGURATION_STATUSES:
+        return _CONFIGURATION_STATUSES[status]
+    response = getattr(error, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return _CONFIGURATION_CODES.get(code) if isinstance(code, str) else None
 
 
 _THROTTLING_NAMES = frozenset({"RateLimitError", "ThrottlingException", "ResourceExhausted", "TooManyRequests"})
@@ -597,7 +627,7 @@ async def _recover(flow: Flow, step: Step, selection: ModelSelection, failure: _
     )
     answer = await recover_from_error(step, context)
     if answer is None:
-        raise failure.as_error() from failure.error
+        raise failure.as_error(selection) from failure.error
     return answer
 
 
