@@ -57,7 +57,7 @@ def test_make_run_installs_the_library_alone_and_make_test_the_development_extra
     assert "--quiet" not in recipe(run_stamp)
     # make test (through lint) keeps the full development install.
     assert re.search(r"^lint: \$\(STAMP\)$", makefile, re.MULTILINE)
-    assert "-e '.[dev]'" in recipe("$(STAMP)")
+    assert "-e '.[dev,docs]'" in recipe("$(STAMP)")
 
 
 def test_unknown_flow_names_the_bundled_ones():
