@@ -19,13 +19,12 @@ from langchain_core.messages import BaseMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
-from picoflow.context import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path, step_name
 from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, DirectMessage, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.registry import ModelSelection
-from picoflow.protocols import Named, Worker
 from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
 from picoflow.session.document import format_timestamp, validate_namespace
+from picoflow.state import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path
 from picoflow.validation import validation_problems
 from picoflow.wire import PLAIN_TEXT
 
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
         RunStepRequest,
         StateChannel,
     )
+    from picoflow.turn.parallel import WorkerView
 
 
 
@@ -53,7 +53,7 @@ _GROUP_ATTR = "__picoflow_tools__"
 
 # The step whose tool handler runs in this task (stay() and direct() need it) and the individual call it
 # handles (None inside a group handler).
-_handling_step: contextvars.ContextVar[Named | None] = contextvars.ContextVar("picoflow_handling_step", default=None)
+_handling_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar("picoflow_handling_step", default=None)
 _handled_call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "picoflow_handled_tool_call", default=None
 )
@@ -290,7 +290,7 @@ def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
 
 
 @contextlib.contextmanager
-def handling(step: Named, call: dict[str, Any] | None) -> Iterator[None]:
+def handling(step: Step, call: dict[str, Any] | None) -> Iterator[None]:
     """Mark a handler of ``step`` (a tool handler for ``call`` when it handles a single one, or a decision hook)
     as running in the block: ``stay()`` and ``direct()`` answer for that step."""
     step_token = _handling_step.set(step)
@@ -302,7 +302,7 @@ def handling(step: Named, call: dict[str, Any] | None) -> Iterator[None]:
         _handling_step.reset(step_token)
 
 
-def handling_step() -> Named | None:
+def handling_step() -> Step | None:
     """The step whose tool handler is running in this task, if any."""
     return _handling_step.get()
 
@@ -399,6 +399,19 @@ def group_handler(step: Any, names: set[str]) -> Any:
 TOOL_VALIDATED = "input validated"
 
 
+def step_name(target: Any) -> str:
+    """Normalise a step class, step or name to the registered name (a step is known by its ``id``)."""
+    if isinstance(target, str):
+        name = target.strip()
+        if not name:
+            raise PicoFlowError("go() requires a non-empty Step name.")
+        return name
+    name = getattr(target, "id", None)
+    if isinstance(name, str) and name:
+        return name
+    raise PicoFlowError("go() requires a Step class with a non-empty id.")
+
+
 @dataclass(frozen=True)
 class Transition:
     """Where to go next and what to apply on the destination; every ``with_*`` returns a new object."""
@@ -445,7 +458,7 @@ def go(target: Any) -> Transition:
     return Transition(step=step_name(target))
 
 
-def _handler_step(what: str) -> Named:
+def _handler_step(what: str) -> Step:
     step = handling_step()
     if step is None:
         raise PicoFlowError(f"{what}() can only be returned from inside a running tool handler or decision hook.")
@@ -849,7 +862,7 @@ class Step:
         """From a worker: its read-only params, branch key, request index, path and cancellation signal."""
         return self._own_worker(f"Step '{self.id}' is not running as a run_steps() worker.").invocation
 
-    def _own_worker(self, refusal: str) -> Worker:
+    def _own_worker(self, refusal: str) -> WorkerView:
         worker = self.flow.run_context.view(self.flow).worker
         if worker is None or worker.step is not self:
             raise PicoFlowError(refusal)

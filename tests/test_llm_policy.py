@@ -13,7 +13,7 @@ from langchain_core.runnables import RunnableLambda
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, finish, go, tool
-from picoflow import context as deadline_module
+from picoflow import deadline as deadline_module
 from picoflow.errors import PicoFlowError, ScriptedModelError, public_message
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.recovery import is_transient_error, retry_with_model

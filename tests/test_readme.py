@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from picoflow.context import model_call_for
 from picoflow.decision import ChatDecisionProvider, Choice, DecisionRequest, Noul
+from picoflow.models.calls import model_call_for
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
-from picoflow.context import deep_merge, read_path
 from picoflow.errors import PicoFlowError
+from picoflow.lifecycle import new_flow_doc
 from picoflow.session.document import new_document
-from picoflow.session.lifecycle import new_flow_doc
+from picoflow.state import deep_merge, read_path
 from picoflow.step import collect_steps
 
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
-from picoflow.context import TurnFiles, time_left
+from picoflow.deadline import time_left
 from picoflow.errors import FileRefusedError, FileStoreError
 from picoflow.files.refs import IMAGE_TYPES, FileRef, is_file_part, part_ref
+
+if TYPE_CHECKING:
+    from picoflow.run_context import TurnFiles
 
 GONE_TEXT = "[The attached file '{name}' is no longer available.]"
 

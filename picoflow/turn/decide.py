@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from picoflow.context import TurnServices, cancellation_signal, time_left
+from picoflow.deadline import time_left
 from picoflow.decision import (
     RESERVED_FACT_KEYS,
     ChatDecisionProvider,
@@ -28,6 +28,7 @@ from picoflow.decision_step import DecisionStep
 from picoflow.errors import DecisionValidationError, ParallelCancelledError, PicoFlowError
 from picoflow.logger import library_log
 from picoflow.recovery import is_transient_error
+from picoflow.run_context import TurnServices, cancellation_signal
 from picoflow.session.document import DecisionUsage, SessionDoc, TokenUsage
 from picoflow.step import Transition, as_transition, handling
 

@@ -17,15 +17,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
 
-from picoflow.context import (
-    PROMPT_KEY,
-    call_deadline,
-    cancellation_signal,
-    ensure_top_level,
-    execution_frames,
-    model_call_for,
-    time_left,
-)
+from picoflow.deadline import time_left
 from picoflow.errors import LlmBlockedError, ModelUnavailableError, ParallelCancelledError, PicoFlowError
 from picoflow.files.reader import with_file_parts
 from picoflow.files.refs import with_files
@@ -45,6 +37,7 @@ from picoflow.messages import (
     is_direct,
     summary_system_message,
 )
+from picoflow.models.calls import call_deadline, model_call_for
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.recovery import (
     LlmAttemptErrorContext,
@@ -56,6 +49,8 @@ from picoflow.recovery import (
     is_transient_error,
 )
 from picoflow.results import RunResponse
+from picoflow.run_context import cancellation_signal, ensure_top_level, execution_frames
+from picoflow.state import PROMPT_KEY
 from picoflow.step import (
     TOOL_VALIDATED,
     DirectResult,
