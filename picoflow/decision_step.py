@@ -22,7 +22,8 @@ from picoflow.decision import (
 )
 from picoflow.errors import PicoFlowError
 from picoflow.models.registry import ModelSelection
-from picoflow.step import LogicStep, Step, Transition
+from picoflow.step import LogicStep, Step
+from picoflow.transitions import Transition
 
 if TYPE_CHECKING:
     from picoflow.engine import FlowEngine

@@ -23,7 +23,9 @@ from picoflow.models.registry import ModelSelection
 from picoflow.run_context import RunContext, ensure_top_level, execution_frames
 from picoflow.session.document import SESSION_DOC_VERSION, SequenceItem, SessionDoc
 from picoflow.state import deep_merge, read_path
-from picoflow.step import Step, TerminateSessionStep, ToolSpec, step_name
+from picoflow.step import Step, TerminateSessionStep
+from picoflow.step_tools import ToolSpec
+from picoflow.transitions import step_name
 
 if TYPE_CHECKING:
     from picoflow.batch import BatchInvoker

@@ -14,7 +14,10 @@ from picoflow.decision_step import DecisionStep, check_decision_setup
 from picoflow.errors import PicoFlowError
 from picoflow.flow import Flow
 from picoflow.models.registry import ProviderRegistry
-from picoflow.step import Step, collect_steps, group_handlers, offered_tool_names, step_name, tool_handler
+from picoflow.step import Step
+from picoflow.step_registry import collect_steps
+from picoflow.step_tools import group_handlers, offered_tool_names, tool_handler
+from picoflow.transitions import step_name
 
 if TYPE_CHECKING:
     from picoflow.engine import FlowEngine

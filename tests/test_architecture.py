@@ -121,20 +121,20 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 #: Every unit of ``picoflow/``, lowest layer first; a unit imports (when it runs) only units listed before it.
 FOLDER_ORDER = [
-    # leaves: errors, wire formats, checks, the deadline, state paths, parallel types
-    "errors", "wire", "validation", "parsing", "prompts", "state", "deadline", "parallel",
+    # leaves: errors, wire formats, checks, the deadline, state paths, parallel types, tool declarations
+    "errors", "wire", "validation", "parsing", "prompts", "state", "deadline", "parallel", "step_tools",
     # the stored document and the stores that keep it
     "session/", "stores",
     # what the document is made of and written with
-    "logger", "messages", "files/", "results",
+    "logger", "messages", "files/", "results", "transitions",
     # model providers
     "models/",
     # what a turn works with: memory, recovery, decisions, MCP, batches
     "memory", "recovery", "conversation", "batch", "mcp", "decision",
     # the running turn's context
     "run_context",
-    # the authoring surface
-    "step", "decision_step", "flow", "registration",
+    # the authoring surface, and what collects a flow's steps and tools
+    "step_registry", "step", "decision_step", "flow", "registration",
     # the session's life over a store, the turn, the engine
     "lifecycle", "turn/", "engine",
     # adapters

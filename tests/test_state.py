@@ -9,7 +9,7 @@ from picoflow.errors import PicoFlowError
 from picoflow.lifecycle import new_flow_doc
 from picoflow.session.document import new_document
 from picoflow.state import deep_merge, read_path
-from picoflow.step import collect_steps
+from picoflow.step_registry import collect_steps
 
 
 class OwnerStep(Step):

@@ -30,7 +30,7 @@ from picoflow.logger import library_log
 from picoflow.recovery import is_transient_error
 from picoflow.run_context import TurnServices, cancellation_signal
 from picoflow.session.document import DecisionUsage, SessionDoc, TokenUsage
-from picoflow.step import Transition, as_transition, handling
+from picoflow.transitions import Transition, as_transition, handling
 
 
 async def decide(step: DecisionStep) -> Transition:

@@ -51,21 +51,17 @@ from picoflow.recovery import (
 from picoflow.results import RunResponse
 from picoflow.run_context import cancellation_signal, ensure_top_level, execution_frames
 from picoflow.state import PROMPT_KEY
-from picoflow.step import (
-    TOOL_VALIDATED,
-    DirectResult,
+from picoflow.step import Step
+from picoflow.step_registry import collect_steps
+from picoflow.step_tools import (
     InvalidToolArguments,
-    Step,
-    Transition,
     argument_model,
-    as_transition,
-    collect_steps,
     group_handler,
-    handling,
     offered_tool_names,
     takes_no_arguments,
     tool_handler,
 )
+from picoflow.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition, handling
 
 MAX_HOPS_PER_TURN = 64
 # finish_reason values (lower-cased) with which providers report a refused or filtered candidate.

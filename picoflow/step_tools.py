@@ -1,0 +1,234 @@
+"""What a step's tools are: ``ToolSpec``, the ``@tool`` and ``@tools`` decorators, and reading a step's handlers
+and typed declarations off its class."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, ValidationError
+
+from picoflow.errors import PicoFlowError
+from picoflow.validation import validation_problems
+
+_TOOL_ATTR = "__picoflow_tool__"
+_GROUP_ATTR = "__picoflow_tools__"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call: its name, a description, and a pydantic model for its arguments."""
+
+    name: str
+    description: str
+    schema: type[BaseModel]
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.strip():
+            raise PicoFlowError("A tool needs a non-empty name.")
+        if not (isinstance(self.schema, type) and issubclass(self.schema, BaseModel)):
+            raise PicoFlowError(f"Tool '{self.name}' needs a pydantic model class as its schema.")
+
+    def as_model_tool(self) -> dict[str, Any]:
+        """The OpenAI-style function description handed to ``bind_tools``: LangChain's conversion of the schema,
+        under this tool's name and description."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": _parameters_schema(self.schema),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class InvalidToolArguments:
+    """A tool call whose arguments failed the tool's schema, as ``Step.on_invalid_tool_arguments`` receives it."""
+
+    #: The tool the model called.
+    name: str
+    #: The arguments as the model sent them (never logged by the framework).
+    args: dict[str, Any]
+    #: The schema's verdict.
+    error: ValidationError
+
+    @property
+    def problems(self) -> str:
+        """Each problem as ``field: what is wrong``, joined with ``; ``."""
+        return validation_problems(self.error, "arguments")
+
+    def default_feedback(self) -> str:
+        """The tool result the model gets when the step gives no feedback of its own."""
+        return (
+            f"Invalid arguments for tool '{self.name}': {self.problems}. "
+            "Call the tool again with corrected arguments."
+        )
+
+
+class NoArguments(BaseModel):
+    """The schema of a tool whose handler takes no arguments (``async def show_table(self)``)."""
+
+
+
+@lru_cache(maxsize=512)
+def _parameters_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    # Converting a model is slow and the model class never changes, so convert it once per class.
+    return convert_to_openai_tool(schema)["function"]["parameters"]
+
+
+def tool(arg: Callable | str | None = None) -> Any:
+    """Expose and handle a tool: bare ``@tool`` uses the method name, ``@tool("name")`` an explicit one."""
+
+    def mark(func: Callable, name: str) -> Callable:
+        if not callable(func) or isinstance(func, (staticmethod, classmethod)):
+            raise PicoFlowError("@tool can only decorate Step instance methods.")
+        setattr(func, _TOOL_ATTR, name)
+        return func
+
+    if callable(arg):
+        return mark(arg, arg.__name__)
+    if arg is not None and (not isinstance(arg, str) or not arg.strip()):
+        raise PicoFlowError("@tool requires a non-empty tool name.")
+    return lambda func: mark(func, arg.strip() if arg else func.__name__)
+
+
+def tools(names: Iterable[str]) -> Callable[[Callable], Callable]:
+    """Handle one exact set of tool names returned together; the handler receives the list of calls."""
+    if isinstance(names, str) or not names:
+        raise PicoFlowError("@tools requires at least one tool name.")
+    names = list(names)
+    if any(not isinstance(n, str) or not n.strip() for n in names):
+        raise PicoFlowError("@tools requires non-empty tool names.")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise PicoFlowError(f"@tools cannot declare tool '{name}' more than once.")
+        seen.add(name)
+
+    def mark(func: Callable) -> Callable:
+        if not callable(func) or isinstance(func, (staticmethod, classmethod)):
+            raise PicoFlowError("@tools can only decorate Step instance methods.")
+        setattr(func, _GROUP_ATTR, frozenset(names))
+        return func
+
+    return mark
+
+
+@lru_cache(maxsize=1024)
+def decorated_tools(cls: type) -> dict[str, str]:
+    """Tool name -> method name for every ``@tool`` on ``cls``, the nearest class winning (cached: read-only)."""
+    found: dict[str, str] = {}
+    for klass in cls.__mro__:
+        claimed: dict[str, str] = {}
+        for attr, value in vars(klass).items():
+            name = getattr(value, _TOOL_ATTR, None)
+            if name is None:
+                continue
+            if name in claimed:
+                raise PicoFlowError(f"Tool '{name}' is already handled by method '{claimed[name]}'.")
+            claimed[name] = attr
+        for name, attr in claimed.items():
+            found.setdefault(name, attr)
+    return found
+
+
+@lru_cache(maxsize=1024)
+def exposed_order(cls: type) -> tuple[str, ...]:
+    """Decorated tool names, base classes first, so a subclass adds to what its parent exposed."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for value in vars(klass).values():
+            name = getattr(value, _TOOL_ATTR, None)
+            if name is not None and name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+@lru_cache(maxsize=1024)
+def group_handlers(cls: type) -> dict[frozenset[str], str]:
+    """Name set -> method name for every ``@tools`` handler on ``cls``, the nearest class winning."""
+    found: dict[frozenset[str], str] = {}
+    for klass in cls.__mro__:
+        for attr, value in vars(klass).items():
+            names = getattr(value, _GROUP_ATTR, None)
+            if names is not None:
+                found.setdefault(names, attr)
+    return found
+
+
+def _parameters(func: Callable) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
+
+
+@lru_cache(maxsize=1024)
+def argument_model(func: Callable) -> type[BaseModel] | None:
+    """The pydantic model a typed handler's argument is annotated with (``args: Model``), else None."""
+    try:
+        hints = typing.get_type_hints(func)
+    except (NameError, TypeError):
+        return None
+    parameters = _parameters(func)
+    if not parameters:
+        return None
+    hint = hints.get(parameters[0].name)
+    return hint if isinstance(hint, type) and issubclass(hint, BaseModel) else None
+
+
+@lru_cache(maxsize=1024)
+def takes_no_arguments(func: Callable) -> bool:
+    """Whether a handler (the plain function, not a bound method) takes nothing but ``self``."""
+    return not _parameters(func)
+
+
+@lru_cache(maxsize=1024)
+def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
+    """A ``ToolSpec`` for every ``@tool`` handler of ``cls`` whose argument is annotated with a pydantic model,
+    or that takes no arguments at all (its schema is then the empty ``NoArguments``).
+
+    The name is the tool's, the description the handler's docstring (first paragraph), the schema the annotation:
+    such a tool is declared once, by its handler.
+    """
+    specs = []
+    for name, attr in decorated_tools(cls).items():
+        func = getattr(cls, attr)
+        schema = argument_model(func) or (NoArguments if takes_no_arguments(func) else None)
+        if schema is None:
+            continue
+        doc = inspect.getdoc(func) or ""
+        description = doc.split("\n\n", 1)[0].replace("\n", " ").strip() or name.replace("_", " ")
+        specs.append(ToolSpec(name=name, description=description, schema=schema))
+    return tuple(specs)
+
+
+def offered_tool_names(step: Any) -> list[str]:
+    """The flow-registry tools ``step`` offers its model: ``use_tools()`` then its ``@tool`` handlers.
+
+    MCP tools are described by their servers, not by the flow's registry: they are offered separately.
+    """
+    names = list(step.use_tools())
+    for name in exposed_order(type(step)):
+        if name not in names:
+            names.append(name)
+    mcp_names = {name for offer in step.use_mcp_tools() for name in offer.tools}
+    return [name for name in names if name not in mcp_names] if mcp_names else names
+
+
+def tool_handler(step: Any, name: str) -> Any:
+    """The bound handler of one tool on ``step``: its ``@tool`` method first, then a same-named method, else None."""
+    method = decorated_tools(type(step)).get(name)
+    if method is not None:
+        return getattr(step, method)
+    candidate = getattr(step, name, None)
+    return candidate if callable(candidate) and not name.startswith("_") else None
+
+
+def group_handler(step: Any, names: set[str]) -> Any:
+    """The ``@tools`` group handler of ``step`` that handles exactly ``names``, else None."""
+    method = group_handlers(type(step)).get(frozenset(names))
+    return getattr(step, method) if method else None
