@@ -9,8 +9,9 @@ only enters a hook of the authoring classes (``flow.py``, ``step.py``) or the tu
 (``run_model_loop``, which ``Step.run`` reaches through the engine's services). An earlier limit of 12 files
 entered per turn is gone: it had drawn the deadline, memory, state paths and the running turn into one module
 that everything imported and that imported half the package, a loop at folder scale. Giving each its own
-module puts the turn into more, smaller files (the bound below is what the split needs) whose arrows all point
-down. ``benchmarks/turn_path.py`` measures the back and forth of one step's path through them.
+module, and splitting ``step.py`` into the authoring class, tool declarations, transitions and the registry,
+puts the turn into more, smaller files whose arrows all point down: 20 for this turn, so the bound is 22.
+``benchmarks/turn_path.py`` measures the back and forth of one step's path through them.
 """
 
 from __future__ import annotations
@@ -63,5 +64,5 @@ def test_the_search_turn_calls_up_a_layer_only_into_hooks() -> None:
     stray = sorted(f"{caller} -> {callee}:{name}" for caller, callee, name in climbs
                    if callee not in CLIMBS_INTO and f"{callee}:{name}" not in CLIMBS_INTO)
     assert not stray, "calls that climb a layer into something other than a hook:\n" + "\n".join(stray)
-    assert len(files) <= 18, sorted(files)
+    assert len(files) <= 22, sorted(files)
     assert flow_step_calls <= 10
