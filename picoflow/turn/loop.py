@@ -143,10 +143,12 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
                 await flow.checkpoint()
             pending = step.on_crossing(pending, prior)
         prior = step.id
+        # The namespace's live list, read once per hop: handlers and nested steps append to the same list.
+        memory = step.get_memory()
 
         if step.is_logic():
             handover = pending or HumanMessageEx(step, f"{CONTINUE_PREFIX}{step.id}", origin="framework")
-            step.get_memory().append(handover)
+            memory.append(handover)
             transition = as_transition(await step.run_logic())
             if transition is None:
                 raise PicoFlowError(f"Logic step '{step.id}' must return a step or a transition.")
@@ -163,7 +165,7 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
             continue
 
         if pending is not None:
-            step.get_memory().append(pending)
+            memory.append(pending)
             pending = None
         outcome = await call_model(flow, step, fallback[1] if fallback and fallback[0] == step.id else None)
         if outcome.fallback is not None:
@@ -178,7 +180,7 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
                 tools = await dispatch_tools(flow, step, ai)
                 # The call and its results are stored together, after whatever the handlers did: a nested
                 # child sharing this namespace must never send a tool call whose results are not there yet.
-                step.get_memory().extend([ai, *tools.messages])
+                memory.extend([ai, *tools.messages])
                 if tools.result is not None:
                     return tools.result.value
                 if tools.extra is not None and is_direct(tools.extra):
@@ -199,10 +201,10 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         transition = _response_transition(flow, answer)
         if transition is None:
             text = str(as_text(answer))
-            step.get_memory().append(AiMessageEx(step, text))
+            memory.append(AiMessageEx(step, text))
             return text
         if model_text is not None:
-            step.get_memory().append(AiMessageEx(step, model_text))
+            memory.append(AiMessageEx(step, model_text))
         await apply_transition(flow, transition)
         pending = transition.message
         if pending is not None and is_direct(pending):
@@ -511,13 +513,13 @@ def _is_throttling(error: BaseException | None) -> bool:
 
 def build_request(step: Step) -> list[BaseMessage]:
     """Rewrite the system slot from ``get_prompt()`` and assemble what the model is sent."""
-    history = step.get_memory()
+    space = step.flow.run_context.view(step.flow).memory().namespace(step.namespace)
+    history = space.messages
     prompt = step.get_prompt() or ""
     history[0] = SystemMessage(content=prompt)
     request: list[BaseMessage] = [history[0]] if prompt else []
-    summary = step.flow.get_memory().namespace(step.namespace).summary
-    if summary:
-        request.append(summary_system_message(summary))
+    if space.summary:
+        request.append(summary_system_message(space.summary))
     request.extend(history[1:])
     notes = step.get_turn_notes()
     if notes:
@@ -586,6 +588,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
     model = runtime.providers.chat_model(selection)
     specs = [flow.run_context.require_tool(name, flow.id) for name in offered_tool_names(step)]
     schema = step.struct_output_schema()
+    policy_ms = step.get_llm_call_policy().timeout_ms
     # Tools offered from MCP servers come with their servers' schemas (listed when first needed).
     offered = [] if schema is not None else [tool.as_model_tool() for tool in (await _offered_mcp_tools(step)).values()]
     if schema is not None:
@@ -609,7 +612,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
             request = await with_file_parts(
                 request, flow.run_context.files, runtime.providers.file_types(selection), step.id
             )
-        timeout = _attempt_timeout(step)
+        timeout = _attempt_timeout(policy_ms)
         try:
             output = await _invoke(runnable, request, timeout, signal, step.id)
         except TimeoutError as exc:
@@ -699,10 +702,9 @@ async def _invoke_bounded(runnable: Any, request: list[BaseMessage], timeout: fl
     raise TimeoutError
 
 
-def _attempt_timeout(step: Step) -> float | None:
-    """Seconds for one attempt: the step's call policy, bounded by what is left of the turn."""
+def _attempt_timeout(policy_ms: int | None) -> float | None:
+    """Seconds for one attempt: the step's call policy (``policy_ms``), bounded by what is left of the turn."""
     remaining = time_left("the next model call")
-    policy_ms = step.get_llm_call_policy().timeout_ms
     limits = [limit for limit in (remaining, policy_ms / 1000 if policy_ms else None) if limit is not None]
     return min(limits) if limits else None
 
