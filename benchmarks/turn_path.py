@@ -73,9 +73,9 @@ def trace() -> tuple[TurnPath, TurnPath]:
     run_search_turn(profile)
     target = loop.run_model_loop.__code__
     marks = [index for index, (_, frame) in enumerate(events) if frame.f_code is target]
-    window = events[marks[0] : marks[-1] + 1]
-    steps = [frame.f_locals["step"] for _, frame in window if frame.f_code is target]
-    logical = _logical_calls(window, steps)
+    window = range(marks[0], marks[-1] + 1)
+    steps = [events[index][1].f_locals["step"] for index in marks if events[index][0] == "call"]
+    logical = _logical_calls(events, window, steps)
     depth = layers()
     return follow(logical, depth, held_only=True), follow(logical, depth, held_only=False)
 
@@ -85,9 +85,12 @@ def _relative(frame: Any) -> str | None:
     return name[len(PACKAGE):] if name.startswith(PACKAGE) else None
 
 
-def _logical_calls(events: list[tuple[str, Any]], steps: list[Any]) -> list[tuple[str, str, str | None, bool]]:
-    """Each frame's entry and final exit (an ``await`` that suspends and resumes is no call), with its caller's
-    file at entry and whether both hold a step of the loop."""
+def _logical_calls(
+    events: list[tuple[str, Any]], window: range, steps: list[Any]
+) -> list[tuple[str, str | None, str | None, bool]]:
+    """Inside ``window``, each frame's entry and final exit (an ``await`` that suspends and resumes is no call, and
+    a frame entered before the window is not followed), with its caller's file at entry and whether both hold a
+    step of the loop."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for index, (event, frame) in enumerate(events):
@@ -98,7 +101,8 @@ def _logical_calls(events: list[tuple[str, Any]], steps: list[Any]) -> list[tupl
     callers: dict[int, Any] = {}
     holders: set[int] = set()
     logical = []
-    for index, (event, frame) in enumerate(events):
+    for index in window:
+        event, frame = events[index]
         key = id(frame)
         if event == "call" and first[key] == index:
             callers[key] = frame.f_back
@@ -113,7 +117,9 @@ def _logical_calls(events: list[tuple[str, Any]], steps: list[Any]) -> list[tupl
     return logical
 
 
-def follow(events: list[tuple[str, Any, Any, bool]], depth: dict[str, int], *, held_only: bool) -> TurnPath:
+def follow(
+    events: list[tuple[str, str | None, str | None, bool]], depth: dict[str, int], *, held_only: bool
+) -> TurnPath:
     """The path through ``events``: where execution is after each one, back-to-back repeats merged."""
     path: list[str] = []
     moves_up = 0

@@ -211,11 +211,17 @@ def offered_tool_names(step: Any) -> list[str]:
 
     MCP tools are described by their servers, not by the flow's registry: they are offered separately.
     """
-    names = list(step.use_tools())
-    for name in exposed_order(type(step)):
+    return offered_names(type(step), step.use_tools(), step.use_mcp_tools())
+
+
+def offered_names(cls: type, use_tools: Iterable[str], mcp_offers: Iterable[Any]) -> list[str]:
+    """The flow-registry tools a step of class ``cls`` offers, from what its ``use_tools()`` and
+    ``use_mcp_tools()`` returned: the names it uses, then its ``@tool`` handlers, less those an MCP server offers."""
+    names = list(use_tools)
+    for name in exposed_order(cls):
         if name not in names:
             names.append(name)
-    mcp_names = {name for offer in step.use_mcp_tools() for name in offer.tools}
+    mcp_names = {name for offer in mcp_offers for name in offer.tools}
     return [name for name in names if name not in mcp_names] if mcp_names else names
 
 

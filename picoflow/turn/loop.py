@@ -22,7 +22,8 @@ from picoflow.errors import LlmBlockedError, ModelUnavailableError, ParallelCanc
 from picoflow.files.reader import with_file_parts
 from picoflow.files.refs import with_files
 from picoflow.flow import Flow
-from picoflow.mcp import OfferedTool, offered_tools, run_offered
+from picoflow.mcp import MCPTools, OfferedTool, offered_tools, run_offered
+from picoflow.memory import Namespace
 from picoflow.messages import (
     CONTINUE_PREFIX,
     EMPTY_RESPONSE_NUDGE,
@@ -57,7 +58,7 @@ from picoflow.step_tools import (
     InvalidToolArguments,
     argument_model,
     group_handler,
-    offered_tool_names,
+    offered_names,
     takes_no_arguments,
     tool_handler,
 )
@@ -129,7 +130,7 @@ async def run_model_loop(step: Step, user_message: str | None) -> Any:
     """
     attached = step.flow.run_context.files.take_attached() if step.accepts_attachments() else []
     content = with_files(user_message, attached) if attached else user_message
-    incoming = HumanMessageEx(step, content) if content else None
+    incoming = HumanMessageEx(step.id, content) if content else None
     return await _drive(step.flow, incoming)
 
 
@@ -143,11 +144,12 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
                 await flow.checkpoint()
             pending = step.on_crossing(pending, prior)
         prior = step.id
-        # The namespace's live list, read once per hop: handlers and nested steps append to the same list.
-        memory = step.get_memory()
+        # The namespace, read once per hop: handlers and nested steps append to the same live list.
+        space = flow.run_context.view(flow).memory().namespace(step.namespace)
+        memory = space.messages
 
         if step.is_logic():
-            handover = pending or HumanMessageEx(step, f"{CONTINUE_PREFIX}{step.id}", origin="framework")
+            handover = pending or HumanMessageEx(step.id, f"{CONTINUE_PREFIX}{step.id}", origin="framework")
             memory.append(handover)
             transition = as_transition(await step.run_logic())
             if transition is None:
@@ -167,7 +169,8 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         if pending is not None:
             memory.append(pending)
             pending = None
-        outcome = await call_model(flow, step, fallback[1] if fallback and fallback[0] == step.id else None)
+        offer = ModelCall.read(step, space)
+        outcome = await call_model(flow, step, offer, fallback[1] if fallback and fallback[0] == step.id else None)
         if outcome.fallback is not None:
             fallback = (step.id, outcome.fallback)
 
@@ -175,9 +178,9 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         if outcome.ai is None:
             answer = outcome.answer
         else:
-            ai = outcome.ai.model_copy(update={"id": gen_message_id(step)})
+            ai = outcome.ai.model_copy(update={"id": gen_message_id(step.id)})
             if ai.tool_calls and outcome.parsed is None:
-                tools = await dispatch_tools(flow, step, ai)
+                tools = await dispatch_tools(flow, step, ai, offer)
                 # The call and its results are stored together, after whatever the handlers did: a nested
                 # child sharing this namespace must never send a tool call whose results are not there yet.
                 memory.extend([ai, *tools.messages])
@@ -201,10 +204,10 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         transition = _response_transition(flow, answer)
         if transition is None:
             text = str(as_text(answer))
-            memory.append(AiMessageEx(step, text))
+            memory.append(AiMessageEx(step.id, text))
             return text
         if model_text is not None:
-            memory.append(AiMessageEx(step, model_text))
+            memory.append(AiMessageEx(step.id, model_text))
         await apply_transition(flow, transition)
         pending = transition.message
         if pending is not None and is_direct(pending):
@@ -219,7 +222,7 @@ def _deliver_direct(flow: Flow, transition: Transition) -> str:
     message = transition.message
     if message.id is None:
         # finish(text) made outside a handler (possibly once, for reuse): a copy belongs to the step that finished
-        message = message.model_copy(update={"id": gen_message_id(step)})
+        message = message.model_copy(update={"id": gen_message_id(step.id)})
     step.get_memory().append(message)
     return content_text(message.content)
 
@@ -309,7 +312,7 @@ def _group_route(step: Step, method: str, result: Any) -> Transition:
     return transition
 
 
-async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
+async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall) -> _ToolOutcome:
     """Run the handlers for one AI message's tool calls; one tool message per call."""
     calls = ai.tool_calls
     outcome = _ToolOutcome()
@@ -339,8 +342,8 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
         outcome.extra, outcome.finish = transition.message, transition.finish
         return outcome
 
-    exposed = set(offered_tool_names(step))
-    offered = await _offered_mcp_tools(step)
+    exposed = set(offer.tools)
+    offered = await offer.mcp_tools(step)
     for call in calls:
         name = call["name"]
         if name in offered:
@@ -404,10 +407,28 @@ async def _dispatch_offered(flow: Flow, step: Step, call: dict[str, Any], tool: 
         outcome.extra, outcome.finish = transition.message, transition.finish
 
 
-async def _offered_mcp_tools(step: Step) -> dict[str, OfferedTool]:
-    """The MCP server tools ``step`` offers, by name; a step offering none never reaches the MCP client."""
-    offers = step.use_mcp_tools()
-    return await offered_tools(step.flow, step.id, offers) if offers else {}
+@dataclass
+class ModelCall:
+    """What one model call of a step reads from the step and the running turn once, for its attempts and its tool
+    dispatch alike: the step's namespace and the tools it offers."""
+
+    space: Namespace
+    #: The flow-registry tools offered, in order.
+    tools: list[str]
+    #: What ``use_mcp_tools()`` returned; the servers are listed when first needed.
+    mcp_offers: list[MCPTools]
+    _mcp: dict[str, OfferedTool] | None = None
+
+    @classmethod
+    def read(cls, step: Step, space: Namespace) -> ModelCall:
+        mcp_offers = step.use_mcp_tools()
+        return cls(space, offered_names(type(step), step.use_tools(), mcp_offers), mcp_offers)
+
+    async def mcp_tools(self, step: Step) -> dict[str, OfferedTool]:
+        """The MCP server tools offered, by name; a step offering none never reaches the MCP client."""
+        if self._mcp is None:
+            self._mcp = await offered_tools(step.flow, step.id, self.mcp_offers) if self.mcp_offers else {}
+        return self._mcp
 
 
 def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult:
@@ -441,7 +462,7 @@ def _handler_argument(handler: Any, args: dict[str, Any] | BaseModel) -> Any:
 
 
 def _tool_message(step: Step, call: dict[str, Any], content: str, status: str = "success") -> ToolMessageEx:
-    return ToolMessageEx(step, content, call.get("id") or "", name=call["name"], status=status)
+    return ToolMessageEx(step.id, content, call.get("id") or "", name=call["name"], status=status)
 
 
 async def _refuse_arguments(
@@ -511,9 +532,9 @@ def _is_throttling(error: BaseException | None) -> bool:
     return type(error).__name__ in _THROTTLING_NAMES or code in _THROTTLING_NAMES
 
 
-def build_request(step: Step) -> list[BaseMessage]:
-    """Rewrite the system slot from ``get_prompt()`` and assemble what the model is sent."""
-    space = step.flow.run_context.view(step.flow).memory().namespace(step.namespace)
+def build_request(step: Step, space: Namespace) -> list[BaseMessage]:
+    """Rewrite the system slot of ``step``'s namespace ``space`` from ``get_prompt()`` and assemble what the model
+    is sent."""
     history = space.messages
     prompt = step.get_prompt() or ""
     history[0] = SystemMessage(content=prompt)
@@ -527,20 +548,20 @@ def build_request(step: Step) -> list[BaseMessage]:
     return request
 
 
-async def call_model(flow: Flow, step: Step, fallback: ModelSelection | None = None) -> ModelOutcome:
+async def call_model(flow: Flow, step: Step, offer: ModelCall, fallback: ModelSelection | None = None) -> ModelOutcome:
     """One accepted model result for ``step``, or the answer of its recovery hooks.
 
     Ordinary attempts use the step's selection and its attempt budget; a ``fallback`` (chosen earlier
     by ``on_llm_error``) gets one attempt per call and cannot be replaced by a second fallback.
     """
     selection = fallback or step.model_selection()
-    outcome = await _attempts(flow, step, selection, 1 if fallback else selection.retry_attempts)
+    outcome = await _attempts(flow, step, offer, selection, 1 if fallback else selection.retry_attempts)
     if isinstance(outcome, ModelOutcome):
         return outcome
     answer = await _recover(flow, step, selection, outcome)
     if isinstance(answer, RetryWithModel) and fallback is None:
         alternate = answer.selection
-        outcome = await _attempts(flow, step, alternate, 1)
+        outcome = await _attempts(flow, step, offer, alternate, 1)
         if isinstance(outcome, ModelOutcome):
             outcome.fallback = alternate
             return outcome
@@ -583,14 +604,16 @@ async def _blocked(flow: Flow, step: Step, selection: ModelSelection, block: Blo
     return ModelOutcome(answer=await handle_block(step, context))
 
 
-async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: int) -> ModelOutcome | _Failure:
+async def _attempts(
+    flow: Flow, step: Step, offer: ModelCall, selection: ModelSelection, budget: int
+) -> ModelOutcome | _Failure:
     runtime = flow.run_context.require_services()
     model = runtime.providers.chat_model(selection)
-    specs = [flow.run_context.require_tool(name, flow.id) for name in offered_tool_names(step)]
+    specs = [flow.run_context.require_tool(name, flow.id) for name in offer.tools]
     schema = step.struct_output_schema()
     policy_ms = step.get_llm_call_policy().timeout_ms
     # Tools offered from MCP servers come with their servers' schemas (listed when first needed).
-    offered = [] if schema is not None else [tool.as_model_tool() for tool in (await _offered_mcp_tools(step)).values()]
+    offered = [] if schema is not None else [tool.as_model_tool() for tool in (await offer.mcp_tools(step)).values()]
     if schema is not None:
         runnable = model.with_structured_output(schema, include_raw=True)
     elif specs or offered:
@@ -605,7 +628,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
             await asyncio.sleep(runtime.retry_delay)
         if signal is not None:
             signal.raise_if_cancelled()
-        request = build_request(step)
+        request = build_request(step, offer.space)
         # Outside the attempt's error handling: a file the model cannot read is the caller's error, not a retry.
         if any(isinstance(message.content, list) for message in request):
             # Only multimodal content can reference files: plain text needs no look at the file store.
@@ -650,7 +673,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
                 reason = str(ai.response_metadata.get("finish_reason") or "empty")
                 failure = _Failure("empty_response", reason, "the model returned an empty response", attempt,
                                    last_response=ai)
-                step.get_memory().append(HumanMessageEx(step, EMPTY_RESPONSE_NUDGE, origin="framework"))
+                offer.space.messages.append(HumanMessageEx(step.id, EMPTY_RESPONSE_NUDGE, origin="framework"))
                 continue
             if step.check_response(parsed if parsed is not None else ai):
                 failure = _Failure("response_rejected", "rejected", "check_response() rejected the result", attempt,
