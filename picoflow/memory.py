@@ -83,7 +83,7 @@ class Memory:
         self.summary_config = SummaryConfig()
         self.summary_namespaces: set[str] = set()
 
-    def set_summary_model(self, selection: ModelSelection | dict) -> Memory:
+    def set_summary_model(self, selection: ModelSelection | dict[str, Any]) -> Memory:
         """The model that writes rolling summaries (resolved through the engine's providers)."""
         self.summary_model = selection if isinstance(selection, ModelSelection) else ModelSelection(**selection)
         return self

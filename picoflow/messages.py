@@ -6,7 +6,7 @@ import json
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel, ConfigDict
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from picoflow.step import Step
 
     #: Who a message is attributed to: a step, a step class or a step's name.
-    Owner = Step | type[Step] | str
+    Owner: TypeAlias = Step | type[Step] | str
 
 DIRECT_KEY = "direct"
 #: The ``additional_kwargs`` key (kept in the stored document) saying who wrote a human message.

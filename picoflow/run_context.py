@@ -71,9 +71,7 @@ class TurnFiles:
 # The nested steps executing in this task, innermost last.
 _frames: contextvars.ContextVar[tuple[Step, ...]] = contextvars.ContextVar("picoflow_frames", default=())
 # The isolated view of the parallel worker this task runs, if any.
-_worker_view: contextvars.ContextVar[SharedView | WorkerView | None] = contextvars.ContextVar(
-    "picoflow_worker_view", default=None
-)
+_worker_view: contextvars.ContextVar[WorkerView | None] = contextvars.ContextVar("picoflow_worker_view", default=None)
 
 
 def execution_frames(flow: Any) -> tuple[Step, ...]:
@@ -91,7 +89,7 @@ def execution_frame(step: Step) -> Iterator[None]:
         _frames.reset(token)
 
 
-def worker_view(flow: Any) -> SharedView | WorkerView | None:
+def worker_view(flow: Any) -> WorkerView | None:
     """The isolated view of ``flow`` that the current task runs in, if it is a parallel worker."""
     view = _worker_view.get()
     return view if view is not None and view.flow is flow else None

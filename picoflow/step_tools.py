@@ -82,10 +82,10 @@ def _parameters_schema(schema: type[BaseModel]) -> dict[str, Any]:
     return convert_to_openai_tool(schema)["function"]["parameters"]
 
 
-def tool(arg: Callable | str | None = None) -> Any:
+def tool(arg: Callable[..., Any] | str | None = None) -> Any:
     """Expose and handle a tool: bare ``@tool`` uses the method name, ``@tool("name")`` an explicit one."""
 
-    def mark(func: Callable, name: str) -> Callable:
+    def mark(func: Callable[..., Any], name: str) -> Callable[..., Any]:
         if not callable(func) or isinstance(func, (staticmethod, classmethod)):
             raise PicoFlowError("@tool can only decorate Step instance methods.")
         setattr(func, _TOOL_ATTR, name)
@@ -98,7 +98,7 @@ def tool(arg: Callable | str | None = None) -> Any:
     return lambda func: mark(func, arg.strip() if arg else func.__name__)
 
 
-def tools(names: Iterable[str]) -> Callable[[Callable], Callable]:
+def tools(names: Iterable[str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Handle one exact set of tool names returned together; the handler receives the list of calls."""
     if isinstance(names, str) or not names:
         raise PicoFlowError("@tools requires at least one tool name.")
@@ -111,7 +111,7 @@ def tools(names: Iterable[str]) -> Callable[[Callable], Callable]:
             raise PicoFlowError(f"@tools cannot declare tool '{name}' more than once.")
         seen.add(name)
 
-    def mark(func: Callable) -> Callable:
+    def mark(func: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(func) or isinstance(func, (staticmethod, classmethod)):
             raise PicoFlowError("@tools can only decorate Step instance methods.")
         setattr(func, _GROUP_ATTR, frozenset(names))
@@ -162,12 +162,12 @@ def group_handlers(cls: type) -> dict[frozenset[str], str]:
     return found
 
 
-def _parameters(func: Callable) -> list[inspect.Parameter]:
+def _parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
     return [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
 
 
 @lru_cache(maxsize=1024)
-def argument_model(func: Callable) -> type[BaseModel] | None:
+def argument_model(func: Callable[..., Any]) -> type[BaseModel] | None:
     """The pydantic model a typed handler's argument is annotated with (``args: Model``), else None."""
     try:
         hints = typing.get_type_hints(func)
@@ -181,7 +181,7 @@ def argument_model(func: Callable) -> type[BaseModel] | None:
 
 
 @lru_cache(maxsize=1024)
-def takes_no_arguments(func: Callable) -> bool:
+def takes_no_arguments(func: Callable[..., Any]) -> bool:
     """Whether a handler (the plain function, not a bound method) takes nothing but ``self``."""
     return not _parameters(func)
 

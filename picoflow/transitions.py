@@ -61,9 +61,9 @@ def step_name(target: Any) -> str:
         if not name:
             raise PicoFlowError("go() requires a non-empty Step name.")
         return name
-    name = getattr(target, "id", None)
-    if isinstance(name, str) and name:
-        return name
+    found = getattr(target, "id", None)
+    if isinstance(found, str) and found:
+        return found
     raise PicoFlowError("go() requires a Step class with a non-empty id.")
 
 

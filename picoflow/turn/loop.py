@@ -97,7 +97,7 @@ async def answer_turn(flow: Flow, user_message: str | None, request_id: str) -> 
     """Run one turn of a bound flow and answer it: the current step opens the turn (``on_start`` for a new session,
     its opener joining the history, else ``on_restore``), a batch flow saves first, then the steps run."""
     context = flow.run_context
-    step = flow.get_current_step()
+    step = _executing_step(flow)
     if context.require_doc().revision == 0:
         opener = await step.on_start()
         if opener is not None:
@@ -107,16 +107,14 @@ async def answer_turn(flow: Flow, user_message: str | None, request_id: str) -> 
     if flow.is_batch():
         await context.require_services().save()
     message = await run_turn(flow, user_message)
-    current = flow.get_current_step()
+    current = _executing_step(flow)
     return RunResponse(success=True, completed=current.is_end(), message=message, session=context.require_doc().id,
                        content_type=current.content_type, request_id=request_id)
 
 
 async def run_turn(flow: Flow, user_message: str | None) -> Any:
     """Run the current step (and whatever it routes to) for one user message; return the reply."""
-    step = flow.get_executing_step()
-    if step is None:
-        raise PicoFlowError(f"Flow '{flow.id}' has no current step.")
+    step = _executing_step(flow)
     if flow.is_batch_coordinator():
         return await flow.spawn_steps()
     return await step.run(user_message)
@@ -134,11 +132,19 @@ async def run_model_loop(step: Step, user_message: str | None) -> Any:
     return await _drive(step.flow, incoming)
 
 
+def _executing_step(flow: Flow) -> Step:
+    """The step running in this task (the innermost nested one, else the one under the cursor)."""
+    step = flow.get_executing_step()
+    if step is None:
+        raise PicoFlowError(f"Flow '{flow.id}' has no current step.")
+    return step
+
+
 async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
-    prior = flow.get_executing_step().id
+    prior = _executing_step(flow).id
     fallback: tuple[str, ModelSelection] | None = None
     for _ in range(MAX_HOPS_PER_TURN):
-        step = flow.get_executing_step()
+        step = _executing_step(flow)
         if step.id != prior:
             if flow.checkpoint_on_crossing and not execution_frames(flow):
                 await flow.checkpoint()
@@ -189,7 +195,7 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
                 if tools.extra is not None and is_direct(tools.extra):
                     if tools.finish:
                         flow.mark_completed()
-                    flow.get_executing_step().get_memory().append(tools.extra)
+                    _executing_step(flow).get_memory().append(tools.extra)
                     return content_text(tools.extra.content)
                 pending = tools.extra
                 continue
@@ -218,7 +224,7 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
 def _deliver_direct(flow: Flow, transition: Transition) -> str:
     if transition.finish:
         flow.mark_completed()
-    step = flow.get_executing_step()
+    step = _executing_step(flow)
     message = transition.message
     if message.id is None:
         # finish(text) made outside a handler (possibly once, for reuse): a copy belongs to the step that finished
@@ -244,7 +250,7 @@ def _response_transition(flow: Flow, answer: Any) -> Transition | None:
 
 async def apply_transition(flow: Flow, transition: Transition) -> Step:
     """Apply one transition in the fixed order: goto, prompt, state, content type."""
-    executing = flow.get_executing_step()
+    executing = _executing_step(flow)
     target = transition.step or executing.id
     # A nested child may stay on itself (a tool result fed back to its model) or reply directly (its result);
     # moving the cursor, or finishing the session, belongs to the owning step.
