@@ -24,20 +24,9 @@ if TYPE_CHECKING:
     from picoflow.models.registry import ModelSelection
     from picoflow.prompts import load_prompt, prompt, render
     from picoflow.results import RunResponse
-    from picoflow.step import (
-        LogicStep,
-        Step,
-        TerminateSessionStep,
-        ToolSpec,
-        Transition,
-        direct,
-        direct_to,
-        finish,
-        go,
-        stay,
-        tool,
-        tools,
-    )
+    from picoflow.step import LogicStep, Step, TerminateSessionStep
+    from picoflow.step_tools import ToolSpec, tool, tools
+    from picoflow.transitions import Transition, direct, direct_to, finish, go, stay
 
     __version__: str
 
@@ -64,11 +53,11 @@ _MODULES: dict[str, str] = {
     "Flow": "picoflow.flow",
     "FlowEngine": "picoflow.engine",
     "HumanMessageEx": "picoflow.messages",
-    "InvalidToolArguments": "picoflow.step",
+    "InvalidToolArguments": "picoflow.step_tools",
     "LlmAttemptErrorContext": "picoflow.recovery",
     "LlmBlockedContext": "picoflow.recovery",
     "LlmBlockedError": "picoflow.errors",
-    "LlmCallPolicy": "picoflow.step",
+    "LlmCallPolicy": "picoflow.recovery",
     "LlmErrorContext": "picoflow.recovery",
     "LogicStep": "picoflow.step",
     "MCPServerSpec": "picoflow.mcp",
@@ -105,20 +94,20 @@ _MODULES: dict[str, str] = {
     "StepChannels": "picoflow.parallel",
     "TerminateSessionStep": "picoflow.step",
     "ToolMessageEx": "picoflow.messages",
-    "ToolSpec": "picoflow.step",
-    "Transition": "picoflow.step",
-    "direct": "picoflow.step",
-    "direct_result": "picoflow.step",
-    "direct_to": "picoflow.step",
-    "finish": "picoflow.step",
-    "go": "picoflow.step",
+    "ToolSpec": "picoflow.step_tools",
+    "Transition": "picoflow.transitions",
+    "direct": "picoflow.transitions",
+    "direct_result": "picoflow.transitions",
+    "direct_to": "picoflow.transitions",
+    "finish": "picoflow.transitions",
+    "go": "picoflow.transitions",
     "load_prompt": "picoflow.prompts",
     "prompt": "picoflow.prompts",
     "render": "picoflow.prompts",
     "retry_with_model": "picoflow.recovery",
-    "stay": "picoflow.step",
-    "tool": "picoflow.step",
-    "tools": "picoflow.step",
+    "stay": "picoflow.transitions",
+    "tool": "picoflow.step_tools",
+    "tools": "picoflow.step_tools",
 }
 
 __all__ = [

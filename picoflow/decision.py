@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model, field_validator
 
-from picoflow.context import model_call_for
 from picoflow.errors import DecisionValidationError, PicoFlowError
 from picoflow.messages import usage_from_message
+from picoflow.models.calls import model_call_for
 from picoflow.models.registry import ModelSelection
 from picoflow.session.document import TokenUsage
 from picoflow.validation import validation_problems

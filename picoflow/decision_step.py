@@ -22,10 +22,11 @@ from picoflow.decision import (
 )
 from picoflow.errors import PicoFlowError
 from picoflow.models.registry import ModelSelection
-from picoflow.protocols import ProviderSet
-from picoflow.step import LogicStep, Step, Transition
+from picoflow.step import LogicStep, Step
+from picoflow.transitions import Transition
 
 if TYPE_CHECKING:
+    from picoflow.engine import FlowEngine
     from picoflow.flow import Flow
 
 
@@ -111,7 +112,7 @@ class DecisionStep(LogicStep):
         return await self.flow.run_context.require_services().decide(self)
 
 
-def check_decision_setup(step: DecisionStep, services: ProviderSet) -> None:
+def check_decision_setup(step: DecisionStep, services: FlowEngine) -> None:
     """Refuse, when the flow is registered, a decision configuration that ``services`` cannot serve."""
     selection = step.decision_config().selection
     if selection.provider in services.decision_providers:

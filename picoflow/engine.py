@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from picoflow import telemetry
-from picoflow.context import TurnFiles, TurnServices, bounded_turn, current_deadline, turn_deadline
+from picoflow import lifecycle, telemetry
+from picoflow.deadline import bounded_turn, current_deadline, turn_deadline
 from picoflow.errors import (
     BadRequestError,
     FileRefusedError,
@@ -32,14 +32,14 @@ from picoflow.files.policy import DEFAULT_REQUEST_FILE_BYTES
 from picoflow.files.refs import FileRef
 from picoflow.files.store import FileRecord, FileStore
 from picoflow.flow import Flow
+from picoflow.lifecycle import TurnRequest
 from picoflow.mcp import MCPUnavailableError
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.registration import check_flow_configuration
 from picoflow.results import RunResponse
-from picoflow.session import lifecycle
+from picoflow.run_context import TurnFiles, TurnServices
 from picoflow.session.document import TokenUsage
 from picoflow.session.journal import TurnJournal
-from picoflow.session.lifecycle import TurnRequest
 from picoflow.session.memory_store import MemorySessionStore
 from picoflow.session.store import SessionStore
 from picoflow.turn import decide, loop, parallel

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from pydantic import BaseModel
 
-from picoflow.context import RunContext, deep_merge, ensure_top_level, execution_frames, read_path, step_name
 from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS, DecisionConversation, read_conversation
 from picoflow.errors import PicoFlowError
 from picoflow.files.held import read_held_file
@@ -21,8 +20,12 @@ from picoflow.files.refs import FileRef
 from picoflow.logger import SessionLogger
 from picoflow.mcp import M, MCPServerSpec, call_tool, find_server
 from picoflow.models.registry import ModelSelection
+from picoflow.run_context import RunContext, ensure_top_level, execution_frames
 from picoflow.session.document import SESSION_DOC_VERSION, SequenceItem, SessionDoc
-from picoflow.step import Step, TerminateSessionStep, ToolSpec
+from picoflow.state import deep_merge, read_path
+from picoflow.step import Step, TerminateSessionStep
+from picoflow.step_tools import ToolSpec
+from picoflow.transitions import step_name
 
 if TYPE_CHECKING:
     from picoflow.batch import BatchInvoker

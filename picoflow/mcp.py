@@ -32,7 +32,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from picoflow.context import time_left
+from picoflow.deadline import time_left
 from picoflow.errors import PicoFlowError
 from picoflow.logger import library_log
 from picoflow.mcp_transport import ReadLimit, bounded_http_client, bounded_stdio

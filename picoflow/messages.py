@@ -6,13 +6,18 @@ import json
 import secrets
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel, ConfigDict
 
-from picoflow.protocols import Named
 from picoflow.session.document import MessageDoc, TokenUsage, ToolCallDoc, format_timestamp
+
+if TYPE_CHECKING:
+    from picoflow.step import Step
+
+    #: Who a message is attributed to: a step, a step class or a step's name.
+    Owner: TypeAlias = Step | type[Step] | str
 
 DIRECT_KEY = "direct"
 #: The ``additional_kwargs`` key (kept in the stored document) saying who wrote a human message.
@@ -28,11 +33,11 @@ CONTINUE_PREFIX = "Continue to step:"
 EMPTY_RESPONSE_NUDGE = "Follow system prompt and respond properly."
 
 
-def _step_name(owner: Named | str) -> str:
+def _step_name(owner: Owner) -> str:
     return owner if isinstance(owner, str) else owner.id
 
 
-def gen_message_id(owner: Named | str) -> str:
+def gen_message_id(owner: Owner) -> str:
     """``<step name>|<UTC timestamp>|<10 random digits>``: the step prefix attributes the message."""
     stamp = format_timestamp(datetime.now(UTC))
     return f"{_step_name(owner)}|{stamp}|{secrets.randbelow(10**10):010d}"
@@ -86,7 +91,7 @@ class HumanMessageEx(HumanMessage):
     """
 
     def __init__(
-        self, owner: Named | str, content: str | Sequence[str | dict[str, Any]], *, origin: MessageOrigin = "user",
+        self, owner: Owner, content: str | Sequence[str | dict[str, Any]], *, origin: MessageOrigin = "user",
         **kwargs: Any,
     ) -> None:
         if origin not in _ORIGINS:
@@ -101,7 +106,7 @@ class HumanMessageEx(HumanMessage):
 class AiMessageEx(AIMessage):
     """An AI message whose id names the step that produced it."""
 
-    def __init__(self, owner: Named | str, content: str, **kwargs: Any) -> None:
+    def __init__(self, owner: Owner, content: str, **kwargs: Any) -> None:
         kwargs.setdefault("id", gen_message_id(owner))
         kwargs.setdefault("additional_kwargs", {DIRECT_KEY: False})
         super().__init__(content=content, **kwargs)
@@ -113,7 +118,7 @@ class ToolMessageEx(ToolMessage):
     # Validation is built on first use: a turn without tool calls never needs it.
     model_config = ConfigDict(defer_build=True)
 
-    def __init__(self, owner: Named | str, content: str, tool_call_id: str, **kwargs: Any) -> None:
+    def __init__(self, owner: Owner, content: str, tool_call_id: str, **kwargs: Any) -> None:
         kwargs.setdefault("id", gen_message_id(owner))
         super().__init__(content=content, tool_call_id=tool_call_id, **kwargs)
 
@@ -124,7 +129,7 @@ class DirectMessage(AIMessage):
     # Validation is built on first use: a turn without a direct reply never needs it.
     model_config = ConfigDict(defer_build=True)
 
-    def __init__(self, owner: Named | str, content: Any, **kwargs: Any) -> None:
+    def __init__(self, owner: Owner, content: Any, **kwargs: Any) -> None:
         text = content if isinstance(content, str) else json.dumps(content)
         kwargs.setdefault("id", gen_message_id(owner))
         extra = dict(kwargs.pop("additional_kwargs", {}))

@@ -1,4 +1,5 @@
-"""Recovery values of a model call: which errors are transient, the hook contexts and a fallback model."""
+"""Recovery values of a model call: its code-owned policy, which errors are transient, the hook contexts and a
+fallback model."""
 
 from __future__ import annotations
 
@@ -129,3 +130,34 @@ def retry_with_model(selection: ModelSelection | Mapping[str, Any]) -> RetryWith
     if "retry_attempts" in selection or "retryAttempts" in selection:
         raise PicoFlowError("A retry_with_model() selection may not set retry_attempts.")
     return RetryWithModel(ModelSelection(**selection))
+
+
+@dataclass(frozen=True)
+class LlmCallPolicy:
+    """The resolved, code-owned call policy of one step; never persisted."""
+
+    timeout_ms: int | None = None
+
+
+def _checked_policy(policy: Any, owner: str) -> Mapping[str, Any]:
+    if policy is None:
+        return {}
+    if not isinstance(policy, Mapping):
+        raise PicoFlowError(f"{owner} config_llm_call_policy() must return a dict.")
+    unknown = sorted(set(policy) - {"timeout_ms"})
+    if unknown:
+        raise PicoFlowError(f"{owner} config_llm_call_policy() has unknown key(s) {', '.join(unknown)}.")
+    timeout = policy.get("timeout_ms")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0):
+        raise PicoFlowError(f"{owner} timeout_ms must be a positive integer or None.")
+    return policy
+
+
+def resolve_call_policy(flow_policy: Any, step_policy: Any) -> LlmCallPolicy:
+    """Apply a step's override to the flow policy: an absent key inherits, an int replaces, None removes."""
+    flow_side = _checked_policy(flow_policy, "Flow")
+    step_side = _checked_policy(step_policy, "Step")
+    timeout = flow_side.get("timeout_ms")
+    if "timeout_ms" in step_side:
+        timeout = step_side["timeout_ms"]
+    return LlmCallPolicy(timeout_ms=timeout)

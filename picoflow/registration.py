@@ -9,18 +9,22 @@ declares fail the registration with the flow, the step and the fix.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from picoflow.context import step_name
 from picoflow.decision_step import DecisionStep, check_decision_setup
 from picoflow.errors import PicoFlowError
 from picoflow.flow import Flow
 from picoflow.models.registry import ModelSelection, ProviderRegistry
-from picoflow.protocols import ProviderSet
-from picoflow.step import Step, collect_steps, group_handlers, offered_tool_names, tool_handler
+from picoflow.step import Step
+from picoflow.step_registry import collect_steps
+from picoflow.step_tools import group_handlers, offered_tool_names, tool_handler
+from picoflow.transitions import step_name
+
+if TYPE_CHECKING:
+    from picoflow.engine import FlowEngine
 
 
-def check_flow_configuration(flow_cls: type[Flow], services: ProviderSet) -> None:
+def check_flow_configuration(flow_cls: type[Flow], services: FlowEngine) -> None:
     """Raise ``PicoFlowError`` when ``flow_cls`` declares something no request could run.
 
     Checked: the steps (ids registered twice, none at all), the tools (offered but neither defined nor

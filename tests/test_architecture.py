@@ -1,4 +1,11 @@
-"""The package's import graph has no cycles, and importing the public API never loads the AWS SDK."""
+"""The package's import graph has no cycles, by module and by folder; importing the public API never loads the AWS
+SDK.
+
+Taken by folder (each sub-package of ``picoflow/`` one unit, each top-level module one unit), the units stand in
+the order of ``FOLDER_ORDER``, lowest first (docs/concepts/layout.md explains it): an import that runs, at module
+level or inside a function, only reaches a unit listed before its own. Type-checking-only imports never run, so
+they may name a type from anywhere.
+"""
 
 from __future__ import annotations
 
@@ -64,6 +71,19 @@ def import_graph() -> dict[str, set[str]]:
     return {name: imported_modules(name, path, modules) for name, path in modules.items()}
 
 
+def import_layers() -> dict[str, int]:
+    """Each module's layer: how deep it sits in the import graph that runs (a module importing nothing is 0)."""
+    graph = import_graph()
+    layer: dict[str, int] = {}
+
+    def depth(module: str) -> int:
+        if module not in layer:
+            layer[module] = 1 + max((depth(target) for target in graph[module]), default=-1)
+        return layer[module]
+
+    return {module: depth(module) for module in graph}
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module, and modules that import themselves."""
     index: dict[str, int] = {}
@@ -99,6 +119,50 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+#: Every unit of ``picoflow/``, lowest layer first; a unit imports (when it runs) only units listed before it.
+FOLDER_ORDER = [
+    # leaves: errors, wire formats, checks, the deadline, state paths, parallel types, tool declarations
+    "errors", "wire", "validation", "parsing", "prompts", "state", "deadline", "parallel", "step_tools",
+    # the stored document and the stores that keep it
+    "session/", "stores",
+    # what the document is made of and written with
+    "logger", "messages", "files/", "results", "transitions",
+    # model providers
+    "models/", "telemetry",
+    # what a turn works with: memory, recovery, decisions, MCP, batches
+    "memory", "recovery", "conversation", "batch", "mcp_transport", "mcp", "decision",
+    # the running turn's context
+    "run_context",
+    # the authoring surface, and what collects a flow's steps and tools
+    "step_registry", "step", "decision_step", "flow", "registration",
+    # the session's life over a store, the turn, the engine
+    "lifecycle", "turn/", "engine",
+    # adapters
+    "aws/", "local/",
+]
+
+
+def unit_of(module: str) -> str:
+    """The folder-scale unit of a module: its sub-package (``session/``) or, at the top level, its own name."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return module
+    return f"{parts[1]}/" if (PACKAGE / parts[1]).is_dir() else parts[1]
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph taken by folder: one edge per pair of distinct units, the package root left out."""
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module == "picoflow":
+            continue
+        edges = units.setdefault(unit_of(module), set())
+        edges.update(unit_of(target) for target in targets if target != "picoflow")
+    for unit, edges in units.items():
+        edges.discard(unit)
+    return units
+
+
 def test_the_graph_is_read_from_every_kind_of_import():
     graph = import_graph()
     assert len(graph) > 40
@@ -116,6 +180,27 @@ def test_the_cycle_finder_reports_a_cycle():
 def test_no_module_takes_part_in_an_import_cycle():
     found = cycles(import_graph())
     assert not found, "Import cycles inside picoflow/:\n" + "\n".join(" <-> ".join(cycle) for cycle in found)
+
+
+def test_the_folder_graph_takes_each_sub_package_as_one_unit():
+    units = folder_graph(import_graph())
+    assert {"session/", "turn/", "models/", "engine", "step"} <= set(units)
+    assert "session/" in units["lifecycle"] and "picoflow" not in units
+    assert cycles({"a/": {"b"}, "b": {"a/"}}) == [["a/", "b"]]
+
+
+def test_no_folder_takes_part_in_an_import_cycle():
+    found = cycles(folder_graph(import_graph()))
+    assert not found, "Import cycles between folders of picoflow/:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_every_import_points_down_the_folder_order():
+    units = folder_graph(import_graph())
+    assert sorted(units) == sorted(FOLDER_ORDER), "place each new unit of picoflow/ in FOLDER_ORDER"
+    rank = {unit: index for index, unit in enumerate(FOLDER_ORDER)}
+    upward = sorted(f"{unit} -> {target}" for unit, targets in units.items() for target in targets
+                    if rank[target] >= rank[unit])
+    assert not upward, "Imports that run back up the folder order:\n" + "\n".join(upward)
 
 
 @pytest.mark.parametrize(

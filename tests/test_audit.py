@@ -19,7 +19,7 @@ from picoflow import Flow, ModelSelection, Step, ToolSpec, go, load_prompt, prom
 from picoflow.decision import DEFAULT_DECISION_MAX_RETRIES, DEFAULT_DECISION_TIMEOUT_MS, DecisionConfig
 from picoflow.messages import SUMMARY_MESSAGE_PREFIX, HumanMessageEx
 from picoflow.session.document import ModelSelectionDoc
-from picoflow.step import collect_steps
+from picoflow.step_registry import collect_steps
 from tests.support.engine import call, scripted_engine, text
 
 # -- 1. a step's use_model(...) inherits the flow's retry_attempts -------------------------------------------

@@ -8,11 +8,11 @@ from langchain_core.messages import SystemMessage
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, stay, tool
+from picoflow.lifecycle import orphan_tool_messages
 from picoflow.messages import from_message_doc
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.document import encode_document
-from picoflow.session.lifecycle import orphan_tool_messages
 from picoflow.stores import MemorySessionStore, SessionDoc
 from tests.support.engine import text
 

@@ -45,7 +45,7 @@ from picoflow.messages import AiMessageEx, HumanMessageEx
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.document import SessionDoc, TokenUsage
-from picoflow.step import collect_steps
+from picoflow.step_registry import collect_steps
 from picoflow.stores import MemorySessionStore
 from tests.support.engine import call, scripted_engine, text
 

@@ -21,8 +21,8 @@ from flows.home_insurance.records import QuoteApplication, QuoteResult
 from flows.home_insurance.steps import CONTACT_OPENER, PRESENT_OPENER, REFERRAL_OPENER, REVIEW_OPENER
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.lifecycle import build_summary_request
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.session.lifecycle import build_summary_request
 from picoflow.stores import DynamoDBSessionStore, SessionDoc
 from tests.support.engine import call, scripted_engine, text
 

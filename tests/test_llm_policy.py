@@ -13,11 +13,10 @@ from langchain_core.runnables import RunnableLambda
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, finish, go, tool
-from picoflow import context as deadline_module
+from picoflow import deadline as deadline_module
 from picoflow.errors import PicoFlowError, ScriptedModelError, public_message
 from picoflow.models.registry import ModelProvider, ProviderRegistry
-from picoflow.recovery import is_transient_error, retry_with_model
-from picoflow.step import LlmCallPolicy, resolve_call_policy
+from picoflow.recovery import LlmCallPolicy, is_transient_error, resolve_call_policy, retry_with_model
 from picoflow.stores import MemorySessionStore
 from tests.support.engine import call, scripted_engine, text
 

@@ -33,7 +33,7 @@ from picoflow.mcp import (
     offered_tools,
 )
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.step import collect_steps
+from picoflow.step_registry import collect_steps
 from picoflow.stores import MemorySessionStore
 from tests.support.dynamodb_local import REGION
 from tests.support.mcp_flow import McpFlow, server_spec

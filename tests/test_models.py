@@ -9,9 +9,9 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, Step
-from picoflow.context import model_call_for
 from picoflow.errors import PicoFlowError, ScriptedModelError
 from picoflow.messages import usage_from_message
+from picoflow.models.calls import model_call_for
 from picoflow.models.common import CLIENT_RETRIES
 from picoflow.models.factory import default_registry
 from picoflow.models.openai import OpenAIProvider

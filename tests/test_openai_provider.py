@@ -8,8 +8,8 @@ import openai
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
-from picoflow.context import call_deadline
 from picoflow.messages import usage_from_message
+from picoflow.models.calls import call_deadline
 from picoflow.models.openai import OpenAIProvider, retry_after_seconds
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 from tests.support.fake_openai import FakeOpenAIServer, chat_completion, usage_block

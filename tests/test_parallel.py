@@ -25,8 +25,8 @@ from picoflow.errors import (
 )
 from picoflow.messages import HumanMessageEx
 from picoflow.parallel import CancellationSignal, RunStepRequest, StepChannels
-from picoflow.step import direct_result
 from picoflow.stores import MemorySessionStore
+from picoflow.transitions import direct_result
 from tests.support.engine import call, scripted_engine, text
 
 Scenario = Callable[[Step], Awaitable[Any]]

@@ -7,7 +7,8 @@ from pydantic import BaseModel
 
 from picoflow import Flow, ModelSelection, Step, ToolSpec, go, tool, tools
 from picoflow.errors import PicoFlowError
-from picoflow.step import collect_steps, group_handler, offered_tool_names, tool_handler
+from picoflow.step_registry import collect_steps
+from picoflow.step_tools import group_handler, offered_tool_names, tool_handler
 
 
 class Args(BaseModel):
@@ -128,7 +129,7 @@ def test_decorator_misuse_is_reported():
             @tool("x")
             async def two(self, args: dict) -> None: ...
 
-        from picoflow.step import decorated_tools
+        from picoflow.step_tools import decorated_tools
 
         decorated_tools(Twice)
 

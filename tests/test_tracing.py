@@ -26,9 +26,9 @@ from picoflow.decision import ScriptedDecisionProvider
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.results import RunResponse
-from picoflow.step import TOOL_VALIDATED
 from picoflow.stores import MemorySessionStore
 from picoflow.telemetry import CAPTURE_CONTENT_ENV
+from picoflow.transitions import TOOL_VALIDATED
 from tests.support.engine import call, scripted_engine, text
 from tests.test_decision import SupportFlow, answers, decision_engine
 

@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep, ToolSpec, direct, go, stay, tool, tools
 from picoflow.errors import PicoFlowError
-from picoflow.step import InvalidToolArguments, collect_steps, typed_tool_specs
+from picoflow.step_registry import collect_steps
+from picoflow.step_tools import InvalidToolArguments, typed_tool_specs
 from tests.support.engine import call, scripted_engine, text
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from picoflow.context import READ_BACK_SECONDS
+from picoflow.deadline import READ_BACK_SECONDS
 
 HARD_LIMIT_MARGIN_SECONDS = 0.5
 # Slack for answering and logging after the read-back.

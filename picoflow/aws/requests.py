@@ -16,7 +16,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from picoflow.files.intake import InlineFile
-from picoflow.session.lifecycle import SESSION_ID_PATTERN
+from picoflow.lifecycle import SESSION_ID_PATTERN
 from picoflow.wire import SESSION_HEADER, SESSION_HEADER_SPELLINGS
 
 DEFAULT_MAX_MESSAGE_CHARS = 100_000

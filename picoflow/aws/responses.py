@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from picoflow import RunResponse
 from picoflow.aws.idempotency import retry_headers
 from picoflow.errors import public_message
-from picoflow.session.lifecycle import SESSION_ID_PATTERN
+from picoflow.lifecycle import SESSION_ID_PATTERN
 from picoflow.wire import JSON, PLAIN_TEXT, SESSION_HEADER
 
 

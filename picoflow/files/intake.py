@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from picoflow.context import time_left
+from picoflow.deadline import time_left
 from picoflow.errors import FileRefusedError, FileStoreError
 from picoflow.files.policy import FilePolicy
 from picoflow.files.refs import FileRef, digest_of, is_file_id, new_file_id, safe_name, sniff_type

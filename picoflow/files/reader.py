@@ -17,15 +17,18 @@ from __future__ import annotations
 import asyncio
 import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from picoflow.context import TurnFiles, time_left
+from picoflow.deadline import time_left
 from picoflow.errors import FileRefusedError, FileStoreError
 from picoflow.files.refs import IMAGE_TYPES, FileRef, is_file_part, part_ref
 from picoflow.files.reopen import OPEN_FILE_TOOL
 from picoflow.messages import is_direct, message_step
+
+if TYPE_CHECKING:
+    from picoflow.run_context import TurnFiles
 
 GONE_TEXT = "[The attached file '{name}' is no longer available.]"
 REFERENCE_TEXT = "[File '{name}' ({type}, {size}) was shown earlier in this conversation.]"

@@ -9,13 +9,15 @@ the call's result, so the next request carries it in full, within the per-reques
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
 from picoflow.files.refs import FileRef, file_refs, with_files
 from picoflow.messages import HumanMessageEx
-from picoflow.protocols import Named
+
+if TYPE_CHECKING:
+    from picoflow.messages import Owner
 
 OPEN_FILE_TOOL = "open_file"
 OPENED_TEXT = "The file '{name}' is attached to the next message."
@@ -48,7 +50,7 @@ class FileOpening:
     ``history`` is the step's memory (only its files can be opened); ``budget`` bounds the bytes opened together.
     """
 
-    def __init__(self, history: list[BaseMessage], budget: int, owner: Named) -> None:
+    def __init__(self, history: list[BaseMessage], budget: int, owner: Owner) -> None:
         self._known = {ref.id: ref for message in history for ref in file_refs(message.content)}
         self._budget = budget
         self._owner = owner

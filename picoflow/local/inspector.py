@@ -21,7 +21,7 @@ from typing import Any
 
 from picoflow.aws.refusals import INVALID_SESSION_ID
 from picoflow.errors import PicoFlowError, public_message
-from picoflow.session.lifecycle import SESSION_ID_PATTERN
+from picoflow.lifecycle import SESSION_ID_PATTERN
 from picoflow.wire import JSON, SESSION_HEADER, requested_session
 
 #: Reads the JSON form of one session document, or None when there is none (or it is not the caller's).

@@ -16,9 +16,9 @@ from typing import Any
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, field_validator
 
-from picoflow.context import model_call_for
 from picoflow.errors import PicoFlowError
 from picoflow.messages import usage_from_message
+from picoflow.models.calls import model_call_for
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 
 #: The instructions a judge gets unless ``--judge-prompt`` names another file.

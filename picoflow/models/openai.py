@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
-from picoflow.context import call_deadline
 from picoflow.errors import ModelNotConfiguredError, PicoFlowError
 from picoflow.files.refs import IMAGE_TYPES, KNOWN_TYPES
 from picoflow.logger import library_log
+from picoflow.models.calls import call_deadline
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,

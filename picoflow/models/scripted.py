@@ -20,9 +20,9 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
-from picoflow.context import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
 from picoflow.errors import IllegalConversationError, PicoFlowError, ScriptedModelError
 from picoflow.files.refs import KNOWN_TYPES
+from picoflow.models.calls import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
 from picoflow.models.registry import ModelProvider, ModelSelection
 from picoflow.parsing import strip_fence
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from picoflow import telemetry
-from picoflow.context import TurnServices, cancellation_signal, time_left
+from picoflow.deadline import time_left
 from picoflow.decision import (
     RESERVED_FACT_KEYS,
     ChatDecisionProvider,
@@ -29,8 +29,9 @@ from picoflow.decision_step import DecisionStep
 from picoflow.errors import DecisionValidationError, ParallelCancelledError, PicoFlowError
 from picoflow.logger import library_log
 from picoflow.recovery import is_transient_error
+from picoflow.run_context import TurnServices, cancellation_signal
 from picoflow.session.document import DecisionUsage, SessionDoc, TokenUsage
-from picoflow.step import Transition, as_transition, handling
+from picoflow.transitions import Transition, as_transition, handling
 
 
 async def decide(step: DecisionStep) -> Transition:

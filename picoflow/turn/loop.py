@@ -19,15 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
 
 from picoflow import telemetry
-from picoflow.context import (
-    PROMPT_KEY,
-    call_deadline,
-    cancellation_signal,
-    ensure_top_level,
-    execution_frames,
-    model_call_for,
-    time_left,
-)
+from picoflow.deadline import time_left
 from picoflow.errors import (
     LlmBlockedError,
     ModelNotConfiguredError,
@@ -39,7 +31,8 @@ from picoflow.files.reader import with_file_parts
 from picoflow.files.refs import with_files
 from picoflow.files.reopen import OPEN_FILE_TOOL, FileOpening, open_file_tool
 from picoflow.flow import Flow
-from picoflow.mcp import ToolCallOutcome, ToolOffer, offered_tools, run_offered
+from picoflow.mcp import MCPTools, ToolCallOutcome, ToolOffer, offered_tools, run_offered
+from picoflow.memory import Namespace
 from picoflow.messages import (
     CONTINUE_PREFIX,
     EMPTY_RESPONSE_NUDGE,
@@ -54,6 +47,7 @@ from picoflow.messages import (
     is_direct,
     summary_system_message,
 )
+from picoflow.models.calls import call_deadline, model_call_for
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.recovery import (
     LlmAttemptErrorContext,
@@ -65,22 +59,20 @@ from picoflow.recovery import (
     is_transient_error,
 )
 from picoflow.results import RunResponse
-from picoflow.step import (
-    TOOL_VALIDATED,
-    DirectResult,
+from picoflow.run_context import cancellation_signal, ensure_top_level, execution_frames
+from picoflow.state import PROMPT_KEY
+from picoflow.step import Step
+from picoflow.step_registry import collect_steps
+from picoflow.step_tools import (
     InvalidToolArguments,
-    Step,
-    Transition,
     argument_model,
-    as_transition,
-    collect_steps,
     group_handler,
-    handling,
     is_effect,
-    offered_tool_names,
+    offered_names,
     takes_no_arguments,
     tool_handler,
 )
+from picoflow.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition, handling
 from picoflow.turn import effects
 
 MAX_HOPS_PER_TURN = 64
@@ -116,7 +108,7 @@ async def answer_turn(flow: Flow, user_message: str | None, request_id: str) -> 
     """Run one turn of a bound flow and answer it: the current step opens the turn (``on_start`` for a new session,
     its opener joining the history, else ``on_restore``), a batch flow saves first, then the steps run."""
     context = flow.run_context
-    step = flow.get_current_step()
+    step = _executing_step(flow)
     if context.require_doc().revision == 0:
         opener = await step.on_start()
         if opener is not None:
@@ -126,16 +118,14 @@ async def answer_turn(flow: Flow, user_message: str | None, request_id: str) -> 
     if flow.is_batch():
         await context.require_services().save()
     message = await run_turn(flow, user_message)
-    current = flow.get_current_step()
+    current = _executing_step(flow)
     return RunResponse(success=True, completed=current.is_end(), message=message, session=context.require_doc().id,
                        content_type=current.content_type, request_id=request_id)
 
 
 async def run_turn(flow: Flow, user_message: str | None) -> Any:
     """Run the current step (and whatever it routes to) for one user message; return the reply."""
-    step = flow.get_executing_step()
-    if step is None:
-        raise PicoFlowError(f"Flow '{flow.id}' has no current step.")
+    step = _executing_step(flow)
     if flow.is_batch_coordinator():
         return await flow.spawn_steps()
     return await step.run(user_message)
@@ -149,26 +139,37 @@ async def run_model_loop(step: Step, user_message: str | None) -> Any:
     """
     attached = step.flow.run_context.files.take_attached() if step.accepts_attachments() else []
     content = with_files(user_message, attached) if attached else user_message
-    incoming = HumanMessageEx(step, content) if content else None
+    incoming = HumanMessageEx(step.id, content) if content else None
     with telemetry.step_runs():
         return await _drive(step.flow, incoming)
 
 
+def _executing_step(flow: Flow) -> Step:
+    """The step running in this task (the innermost nested one, else the one under the cursor)."""
+    step = flow.get_executing_step()
+    if step is None:
+        raise PicoFlowError(f"Flow '{flow.id}' has no current step.")
+    return step
+
+
 async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
-    prior = flow.get_executing_step().id
+    prior = _executing_step(flow).id
     fallback: tuple[str, ModelSelection] | None = None
     for _ in range(MAX_HOPS_PER_TURN):
-        step = flow.get_executing_step()
+        step = _executing_step(flow)
         telemetry.step_run(step)
         if step.id != prior:
             if flow.checkpoint_on_crossing and not execution_frames(flow):
                 await flow.checkpoint()
             pending = step.on_crossing(pending, prior)
         prior = step.id
+        # The namespace, read once per hop: handlers and nested steps append to the same live list.
+        space = flow.run_context.view(flow).memory().namespace(step.namespace)
+        memory = space.messages
 
         if step.is_logic():
-            handover = pending or HumanMessageEx(step, f"{CONTINUE_PREFIX}{step.id}", origin="framework")
-            step.get_memory().append(handover)
+            handover = pending or HumanMessageEx(step.id, f"{CONTINUE_PREFIX}{step.id}", origin="framework")
+            memory.append(handover)
             transition = as_transition(await step.run_logic())
             if transition is None:
                 raise PicoFlowError(f"Logic step '{step.id}' must return a step or a transition.")
@@ -185,9 +186,10 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
             continue
 
         if pending is not None:
-            step.get_memory().append(pending)
+            memory.append(pending)
             pending = None
-        outcome = await call_model(flow, step, fallback[1] if fallback and fallback[0] == step.id else None)
+        offer = ModelCall.read(step, space)
+        outcome = await call_model(flow, step, offer, fallback[1] if fallback and fallback[0] == step.id else None)
         if outcome.fallback is not None:
             fallback = (step.id, outcome.fallback)
 
@@ -195,18 +197,18 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         if outcome.ai is None:
             answer = outcome.answer
         else:
-            ai = outcome.ai.model_copy(update={"id": gen_message_id(step)})
+            ai = outcome.ai.model_copy(update={"id": gen_message_id(step.id)})
             if ai.tool_calls and outcome.parsed is None:
-                tools = await dispatch_tools(flow, step, ai)
+                tools = await dispatch_tools(flow, step, ai, offer)
                 # The call and its results are stored together, after whatever the handlers did: a nested
                 # child sharing this namespace must never send a tool call whose results are not there yet.
-                step.get_memory().extend([ai, *tools.messages])
+                memory.extend([ai, *tools.messages])
                 if tools.result is not None:
                     return tools.result.value
                 if tools.extra is not None and is_direct(tools.extra):
                     if tools.finish:
                         flow.mark_completed()
-                    flow.get_executing_step().get_memory().append(tools.extra)
+                    _executing_step(flow).get_memory().append(tools.extra)
                     return content_text(tools.extra.content)
                 pending = tools.extra
                 continue
@@ -221,10 +223,10 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         transition = _response_transition(flow, answer)
         if transition is None:
             text = str(as_text(answer))
-            step.get_memory().append(AiMessageEx(step, text))
+            memory.append(AiMessageEx(step.id, text))
             return text
         if model_text is not None:
-            step.get_memory().append(AiMessageEx(step, model_text))
+            memory.append(AiMessageEx(step.id, model_text))
         await apply_transition(flow, transition)
         pending = transition.message
         if pending is not None and is_direct(pending):
@@ -235,11 +237,11 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
 def _deliver_direct(flow: Flow, transition: Transition) -> str:
     if transition.finish:
         flow.mark_completed()
-    step = flow.get_executing_step()
+    step = _executing_step(flow)
     message = transition.message
     if message.id is None:
         # finish(text) made outside a handler (possibly once, for reuse): a copy belongs to the step that finished
-        message = message.model_copy(update={"id": gen_message_id(step)})
+        message = message.model_copy(update={"id": gen_message_id(step.id)})
     step.get_memory().append(message)
     return content_text(message.content)
 
@@ -261,7 +263,7 @@ def _response_transition(flow: Flow, answer: Any) -> Transition | None:
 
 async def apply_transition(flow: Flow, transition: Transition) -> Step:
     """Apply one transition in the fixed order: goto, prompt, state, content type."""
-    executing = flow.get_executing_step()
+    executing = _executing_step(flow)
     target = transition.step or executing.id
     # A nested child may stay on itself (a tool result fed back to its model) or reply directly (its result);
     # moving the cursor, or finishing the session, belongs to the owning step.
@@ -337,7 +339,7 @@ def _group_route(step: Step, method: str, result: Any) -> Transition:
     return transition
 
 
-async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
+async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall) -> _ToolOutcome:
     """Run the handlers for one AI message's tool calls; one tool message per call."""
     calls = ai.tool_calls
     outcome = _ToolOutcome()
@@ -368,8 +370,8 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage) -> _ToolOutcome:
         outcome.extra, outcome.finish = transition.message, transition.finish
         return outcome
 
-    exposed = set(offered_tool_names(step))
-    offered = await _offered_mcp_tools(step)
+    exposed = set(offer.tools)
+    offered = await offer.mcp_tools(step)
     opening: FileOpening | None = None
     for call in telemetry.tool_calls(calls, outcome.messages):
         name = call["name"]
@@ -443,10 +445,28 @@ async def _dispatch_offered(flow: Flow, step: Step, call: dict[str, Any], ran: T
         outcome.extra, outcome.finish = transition.message, transition.finish
 
 
-async def _offered_mcp_tools(step: Step) -> ToolOffer:
-    """The MCP server tools ``step`` offers; a step offering none never reaches the MCP client."""
-    offers = step.use_mcp_tools()
-    return await offered_tools(step.flow, offers) if offers else ToolOffer()
+@dataclass
+class ModelCall:
+    """What one model call of a step reads from the step and the running turn once, for its attempts and its tool
+    dispatch alike: the step's namespace and the tools it offers."""
+
+    space: Namespace
+    #: The flow-registry tools offered, in order.
+    tools: list[str]
+    #: What ``use_mcp_tools()`` returned; the servers are listed when first needed.
+    mcp_offers: list[MCPTools]
+    _mcp: ToolOffer | None = None
+
+    @classmethod
+    def read(cls, step: Step, space: Namespace) -> ModelCall:
+        mcp_offers = step.use_mcp_tools()
+        return cls(space, offered_names(type(step), step.use_tools(), mcp_offers), mcp_offers)
+
+    async def mcp_tools(self, step: Step) -> ToolOffer:
+        """The MCP server tools offered, by name; a step offering none never reaches the MCP client."""
+        if self._mcp is None:
+            self._mcp = await offered_tools(step.flow, self.mcp_offers) if self.mcp_offers else ToolOffer()
+        return self._mcp
 
 
 def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult:
@@ -480,7 +500,7 @@ def _handler_argument(handler: Any, args: dict[str, Any] | BaseModel) -> Any:
 
 
 def _tool_message(step: Step, call: dict[str, Any], content: str, status: str = "success") -> ToolMessageEx:
-    return ToolMessageEx(step, content, call.get("id") or "", name=call["name"], status=status)
+    return ToolMessageEx(step.id, content, call.get("id") or "", name=call["name"], status=status)
 
 
 async def _refuse_arguments(
@@ -574,15 +594,15 @@ def _is_throttling(error: BaseException | None) -> bool:
     return type(error).__name__ in _THROTTLING_NAMES or code in _THROTTLING_NAMES
 
 
-def build_request(step: Step) -> list[BaseMessage]:
-    """Rewrite the system slot from ``get_prompt()`` and assemble what the model is sent."""
-    history = step.get_memory()
+def build_request(step: Step, space: Namespace) -> list[BaseMessage]:
+    """Rewrite the system slot of ``step``'s namespace ``space`` from ``get_prompt()`` and assemble what the model
+    is sent."""
+    history = space.messages
     prompt = step.get_prompt() or ""
     history[0] = SystemMessage(content=prompt)
     request: list[BaseMessage] = [history[0]] if prompt else []
-    summary = step.flow.get_memory().namespace(step.namespace).summary
-    if summary:
-        request.append(summary_system_message(summary))
+    if space.summary:
+        request.append(summary_system_message(space.summary))
     request.extend(history[1:])
     notes = step.get_turn_notes()
     if notes:
@@ -590,20 +610,20 @@ def build_request(step: Step) -> list[BaseMessage]:
     return request
 
 
-async def call_model(flow: Flow, step: Step, fallback: ModelSelection | None = None) -> ModelOutcome:
+async def call_model(flow: Flow, step: Step, offer: ModelCall, fallback: ModelSelection | None = None) -> ModelOutcome:
     """One accepted model result for ``step``, or the answer of its recovery hooks.
 
     Ordinary attempts use the step's selection and its attempt budget; a ``fallback`` (chosen earlier
     by ``on_llm_error``) gets one attempt per call and cannot be replaced by a second fallback.
     """
     selection = fallback or step.model_selection()
-    outcome = await _attempts(flow, step, selection, 1 if fallback else selection.retry_attempts)
+    outcome = await _attempts(flow, step, offer, selection, 1 if fallback else selection.retry_attempts)
     if isinstance(outcome, ModelOutcome):
         return outcome
     answer = await _recover(flow, step, selection, outcome)
     if isinstance(answer, RetryWithModel) and fallback is None:
         alternate = answer.selection
-        outcome = await _attempts(flow, step, alternate, 1)
+        outcome = await _attempts(flow, step, offer, alternate, 1)
         if isinstance(outcome, ModelOutcome):
             outcome.fallback = alternate
             return outcome
@@ -646,13 +666,16 @@ async def _blocked(flow: Flow, step: Step, selection: ModelSelection, block: Blo
     return ModelOutcome(answer=await handle_block(step, context))
 
 
-async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: int) -> ModelOutcome | _Failure:
+async def _attempts(
+    flow: Flow, step: Step, offer: ModelCall, selection: ModelSelection, budget: int
+) -> ModelOutcome | _Failure:
     runtime = flow.run_context.require_services()
     model = runtime.providers.chat_model(selection)
-    specs = [flow.run_context.require_tool(name, flow.id) for name in offered_tool_names(step)]
+    specs = [flow.run_context.require_tool(name, flow.id) for name in offer.tools]
     schema = step.struct_output_schema()
+    policy_ms = step.get_llm_call_policy().timeout_ms
     # Tools offered from MCP servers come with their servers' schemas (listed when first needed).
-    offered = [] if schema is not None else [t.as_model_tool() for t in (await _offered_mcp_tools(step)).tools.values()]
+    offered = [] if schema is not None else [t.as_model_tool() for t in (await offer.mcp_tools(step)).tools.values()]
     tools = [spec.as_model_tool() for spec in specs] + offered
     if schema is not None:
         runnable = model.with_structured_output(schema, include_raw=True)
@@ -670,7 +693,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
             await asyncio.sleep(runtime.retry_delay)
         if signal is not None:
             signal.raise_if_cancelled()
-        request = build_request(step)
+        request = build_request(step, offer.space)
         called = runnable
         # Outside the attempt's error handling: a file the model cannot read is the caller's error, not a retry.
         if any(isinstance(message.content, list) for message in request):
@@ -680,7 +703,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
             request = prepared.messages
             if prepared.openable:
                 called = model.bind_tools([*tools, open_file_tool()])
-        timeout = _attempt_timeout(step)
+        timeout = _attempt_timeout(policy_ms)
         try:
             with telemetry.model_call(selection, "chat", step.id, request) as traced:
                 output = traced.answered(await _invoke(called, request, timeout, signal, step.id))
@@ -719,7 +742,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
                 reason = str(ai.response_metadata.get("finish_reason") or "empty")
                 failure = _Failure("empty_response", reason, "the model returned an empty response", attempt,
                                    last_response=ai)
-                step.get_memory().append(HumanMessageEx(step, EMPTY_RESPONSE_NUDGE, origin="framework"))
+                offer.space.messages.append(HumanMessageEx(step.id, EMPTY_RESPONSE_NUDGE, origin="framework"))
                 continue
             if step.check_response(parsed if parsed is not None else ai):
                 failure = _Failure("response_rejected", "rejected", "check_response() rejected the result", attempt,
@@ -771,10 +794,9 @@ async def _invoke_bounded(runnable: Any, request: list[BaseMessage], timeout: fl
     raise TimeoutError
 
 
-def _attempt_timeout(step: Step) -> float | None:
-    """Seconds for one attempt: the step's call policy, bounded by what is left of the turn."""
+def _attempt_timeout(policy_ms: int | None) -> float | None:
+    """Seconds for one attempt: the step's call policy (``policy_ms``), bounded by what is left of the turn."""
     remaining = time_left("the next model call")
-    policy_ms = step.get_llm_call_policy().timeout_ms
     limits = [limit for limit in (remaining, policy_ms / 1000 if policy_ms else None) if limit is not None]
     return min(limits) if limits else None
 

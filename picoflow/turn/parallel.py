@@ -18,17 +18,6 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ValidationError
 
-from picoflow.context import (
-    SAVE_ON_KEY,
-    TRANSIENT_KEY,
-    Memory,
-    Namespace,
-    enter_worker_view,
-    execution_frame,
-    execution_frames,
-    read_path,
-    worker_view,
-)
 from picoflow.errors import (
     ParallelCancelledError,
     ParallelDuplicateKeyError,
@@ -37,6 +26,7 @@ from picoflow.errors import (
     ParallelStateConflictError,
 )
 from picoflow.flow import Flow
+from picoflow.memory import Memory, Namespace
 from picoflow.parallel import (
     BranchResult,
     CancellationSignal,
@@ -51,8 +41,10 @@ from picoflow.parallel import (
     check_json,
     parallel_settings,
 )
+from picoflow.run_context import enter_worker_view, execution_frame, execution_frames, worker_view
 from picoflow.session.document import SequenceItem, SessionDoc, format_timestamp, validate_namespace
-from picoflow.step import Step, new_worker
+from picoflow.state import SAVE_ON_KEY, TRANSIENT_KEY, read_path
+from picoflow.step import Step
 from picoflow.validation import validation_problems
 
 
@@ -283,6 +275,15 @@ class WorkerView:
         if self.violation is None:
             self.violation = error
         raise error
+
+
+def new_worker(step: Step) -> Step:
+    """A new instance of ``step``'s class for one ``run_steps()`` invocation, configured like the registered one
+    (its class's constructor runs, so a step that needs more than a flow cannot be a worker)."""
+    worker = type(step)(step.flow)
+    for name in step.worker_configuration:
+        setattr(worker, name, copy.copy(getattr(step, name)))
+    return worker
 
 
 def channel_for(flow: Flow, step_id: str, name: str) -> StateChannel:

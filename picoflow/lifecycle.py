@@ -23,7 +23,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from picoflow import telemetry
-from picoflow.context import SummaryConfig, before_deadline, model_call_for, read_back_budget, within_turn
+from picoflow.deadline import before_deadline, read_back_budget, within_turn
 from picoflow.errors import (
     BadRequestError,
     CompactionError,
@@ -45,7 +45,9 @@ from picoflow.files.refs import FileRef
 from picoflow.files.store import FileRecord
 from picoflow.logger import SessionLogger
 from picoflow.logger import library_log as _log
+from picoflow.memory import SummaryConfig
 from picoflow.messages import add_usage
+from picoflow.models.calls import model_call_for
 from picoflow.results import RunResponse, client_message
 from picoflow.session.document import FlowDoc, SequenceItem, SessionDoc, StepDoc, new_document
 from picoflow.session.receipts import (

@@ -1,0 +1,277 @@
+"""The running turn: one request's session as flow and step accessors read and write it, and what each task runs.
+
+``RunContext`` holds one turn's session (document, memory, step states, cursor, flow context), its files and
+the services the engine lends it. Context variables carry what differs per asyncio task: the nested step
+frames and a parallel worker's isolated view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from picoflow.errors import PicoFlowError
+from picoflow.files.policy import DEFAULT_REQUEST_FILE_BYTES
+from picoflow.files.refs import FileRef, digest_of
+from picoflow.files.store import FileStore
+from picoflow.memory import Memory
+from picoflow.models.registry import ModelSelection
+from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc
+from picoflow.state import TRANSIENT_KEY, read_path
+
+if TYPE_CHECKING:
+    from picoflow.models.registry import ProviderRegistry
+    from picoflow.parallel import CancellationSignal
+    from picoflow.session.journal import TurnJournal
+    from picoflow.step import Step
+    from picoflow.turn.parallel import WorkerView
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+class TurnFiles:
+    """The files of one turn and a cache of file bytes, seeded with what the intake already read
+    (and checked).
+
+    ``read`` fetches a referenced file from ``store`` once per turn (an earlier turn's file too) and hands
+    back None when it is gone or no longer has the referenced digest. ``budget`` bounds the file bytes one
+    model request carries in full (``picoflow.files.reader``).
+    """
+
+    def __init__(
+        self, store: FileStore | None, attached: Sequence[FileRef] = (), data: Mapping[str, bytes] | None = None,
+        budget: int = DEFAULT_REQUEST_FILE_BYTES,
+    ) -> None:
+        self.store = store
+        #: The files the user attached to this turn's message.
+        self.attached: list[FileRef] = list(attached)
+        self.budget = budget
+        #: The ids of the files each (step, memory namespace) got in full during this turn.
+        self.shown: dict[tuple[str, str], set[str]] = {}
+        self._pending = list(attached)
+        self._cache: dict[str, bytes | None] = dict(data or {})
+
+    def take_attached(self) -> list[FileRef]:
+        """The attached files, once: the first message built from the user's input carries them."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def hold(self, ref: FileRef, data: bytes) -> None:
+        """Serve ``data`` as ``ref`` for the rest of the turn (a file the server holds, not the file store)."""
+        self._cache[ref.id] = data
+
+    async def read(self, ref: FileRef) -> bytes | None:
+        """The bytes of ``ref``, or None when the store no longer holds exactly them."""
+        if ref.id not in self._cache:
+            data = None if self.store is None else await self.store.read(ref.id, ref.size)
+            self._cache[ref.id] = data if data is not None and digest_of(data) == ref.digest else None
+        return self._cache[ref.id]
+
+
+# -- what runs in each task ---------------------------------------------------------------------
+
+# The nested steps executing in this task, innermost last.
+_frames: contextvars.ContextVar[tuple[Step, ...]] = contextvars.ContextVar("picoflow_frames", default=())
+# The isolated view of the parallel worker this task runs, if any.
+_worker_view: contextvars.ContextVar[WorkerView | None] = contextvars.ContextVar("picoflow_worker_view", default=None)
+
+
+def execution_frames(flow: Any) -> tuple[Step, ...]:
+    """The child steps of ``flow`` executing in the current task, outermost first."""
+    return tuple(step for step in _frames.get() if step.flow is flow)
+
+
+@contextlib.contextmanager
+def execution_frame(step: Step) -> Iterator[None]:
+    """Make ``step`` the innermost executing step for the duration of the block."""
+    token = _frames.set((*_frames.get(), step))
+    try:
+        yield
+    finally:
+        _frames.reset(token)
+
+
+def worker_view(flow: Any) -> WorkerView | None:
+    """The isolated view of ``flow`` that the current task runs in, if it is a parallel worker."""
+    view = _worker_view.get()
+    return view if view is not None and view.flow is flow else None
+
+
+def enter_worker_view(view: WorkerView) -> None:
+    """Run the rest of the current task (a worker's own task) in ``view``."""
+    _worker_view.set(view)
+
+
+def cancellation_signal(flow: Any) -> CancellationSignal | None:
+    """The cancellation signal of ``flow``'s parallel worker running in this task, if any."""
+    view = worker_view(flow)
+    return view.worker.invocation.signal if view is not None and view.worker is not None else None
+
+
+def ensure_top_level(flow: Any, target: str) -> None:
+    """Refuse to route while a nested child executes: only the owning step decides where to go."""
+    if not execution_frames(flow):
+        return
+    message = f"Cannot goto '{target}' from a child execution frame. Return a result to the owning step instead."
+    flow.run_context.view(flow).forbid(message)
+    raise PicoFlowError(message)
+
+
+# -- the running session ------------------------------------------------------------------------
+
+
+@dataclass
+class TurnServices:
+    """What the engine lends a running turn: its model providers and the turn machinery's entry points.
+
+    Steps reach the machinery through these (``Step.run``'s model loop, ``run_step``, ``run_steps``, a
+    decision), so the authoring classes never import the turn that drives them.
+    """
+
+    providers: ProviderRegistry
+    decision_providers: Mapping[str, Any]
+    retry_delay: float
+    model_loop: Callable[[Any, str | None], Awaitable[Any]]
+    run_child: Callable[[Any, Any, str | None], Awaitable[Any]]
+    run_steps: Callable[..., Awaitable[Any]]
+    decide: Callable[[Any], Awaitable[Any]]
+    #: Saves the session through the engine's save path (compaction, size checks, the conditional write).
+    save: Callable[[], Awaitable[None]]
+    #: Runs the first turn of a new session of a registered flow.
+    start: Callable[[str, str | None, dict[str, Any]], Awaitable[Any]]
+    #: The effect journal of this turn (``picoflow.session.journal.TurnJournal``); None: no effect tool can run.
+    journal: TurnJournal | None = None
+
+
+class RunContext:
+    """One request's running session: what a turn reads and changes before the document is saved.
+
+    A flow creates its own when it is instantiated (steps and memory are configured before any session is
+    loaded); ``bind`` loads a session document into it and ``write_back`` copies it back for the save.
+    """
+
+    def __init__(self) -> None:
+        self.doc: SessionDoc | None = None
+        self.memory = Memory()
+        #: The flow context (``get_context``): the request config under ``config`` and what flows add.
+        self.values: dict[str, Any] = {}
+        #: Registered steps and the flow-wide tool registry (``ToolSpec``s), by name.
+        self.steps: dict[str, Any] = {}
+        self.tools: dict[str, Any] = {}
+        #: Each registered step's durable state (and its ``_transient`` part), by step id.
+        self.states: dict[str, dict[str, Any]] = {}
+        #: Models stored for steps that had their own; a session keeps the models it started with.
+        self.step_models: dict[str, ModelSelection] = {}
+        #: The flow's model once known: the stored one, else ``config_model()``.
+        self.model: ModelSelection | None = None
+        self.current: str | None = None
+        self.sequence: list[SequenceItem] = []
+        self.files = TurnFiles(None)
+        self.services: TurnServices | None = None
+        self.shared = SharedView(self)
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def view(self, flow: Any) -> SharedView | WorkerView:
+        """The flow's own view of this data, or the isolated view of the parallel worker running this task."""
+        return worker_view(flow) or self.shared
+
+    def state_of(self, step: Any) -> dict[str, Any]:
+        """The live state of ``step``: a worker's private copy inside its own task, else the registered one."""
+        view = worker_view(step.flow)
+        if view is not None and view.worker is not None and view.worker.step is step:
+            return view.local[step.id]
+        return self.states.setdefault(step.id, {})
+
+    def require_doc(self) -> SessionDoc:
+        if self.doc is None:
+            raise PicoFlowError("The session document is not loaded yet.")
+        return self.doc
+
+    def require_services(self) -> TurnServices:
+        if self.services is None:
+            raise PicoFlowError("The flow is not running a turn.")
+        return self.services
+
+    def require_tool(self, name: str, flow_id: str) -> Any:
+        spec = self.tools.get(name)
+        if spec is None:
+            raise PicoFlowError(f"Tool '{name}' is not defined in flow '{flow_id}'.")
+        return spec
+
+    # -- the session document -------------------------------------------------------------------
+
+    def bind(self, doc: SessionDoc, services: TurnServices | None = None, files: TurnFiles | None = None) -> None:
+        """Load a (stored or freshly created) session document for a turn served by ``services``."""
+        self.doc, self.services = doc, services
+        if files is not None:
+            self.files = files
+        stored = doc.flow
+        if stored.model is not None:
+            self.model = ModelSelection.from_doc(stored.model)
+        self.values = copy.deepcopy(stored.context)
+        self.memory.load(stored.memory)
+        for step_doc in stored.steps:
+            if step_doc.name in self.steps:
+                self.states[step_doc.name] = copy.deepcopy(step_doc.state)
+                if step_doc.model is not None:
+                    self.step_models[step_doc.name] = ModelSelection.from_doc(step_doc.model)
+        if stored.current_step is not None and stored.current_step not in self.steps:
+            raise PicoFlowError(f"Step '{stored.current_step}' is not defined in flow '{stored.name}'.")
+        self.current = stored.current_step
+        self.sequence = [item.model_copy() for item in stored.sequence]
+
+    def write_back(self, flow_id: str, model: ModelSelection) -> SessionDoc:
+        """Copy the running session into its document, ready to be saved."""
+        doc = self.require_doc()
+        stored_steps = {s.name: s for s in doc.flow.steps}
+        for step in self.steps.values():
+            state = {k: copy.deepcopy(v) for k, v in self.states.get(step.id, {}).items() if k != TRANSIENT_KEY}
+            own = None
+            if not step.is_logic():
+                selection = step.model_selection()
+                own = selection.to_doc() if selection != model else None
+            stored_steps[step.id] = StepDoc(name=step.id, state=state, model=own)
+        doc.flow = FlowDoc(
+            name=flow_id,
+            model=model.to_doc(),
+            context=copy.deepcopy(self.values),
+            memory=self.memory.dump(),
+            steps=list(stored_steps.values()),
+            current_step=self.current,
+            sequence=list(self.sequence),
+        )
+        doc.version = SESSION_DOC_VERSION
+        return doc
+
+
+class SharedView:
+    """The flow's own view of its running session: reads and writes pass straight through, nothing is refused."""
+
+    worker = None
+
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
+
+    def memory(self) -> Memory:
+        return self.context.memory
+
+    def session_doc(self, doc: SessionDoc) -> SessionDoc:
+        return doc
+
+    def step_state(self, step: Any, key: str | None) -> Any:
+        return read_path(self.context.state_of(step), key)
+
+    def state_owner(self, step: Any) -> Any:
+        return step
+
+    def forbid(self, message: str) -> None:
+        return None
+
+    def record_write(self, step: Any, fields: Sequence[str]) -> None:
+        return None

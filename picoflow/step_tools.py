@@ -1,0 +1,288 @@
+"""What a step's tools are: ``ToolSpec``, the ``@tool`` and ``@tools`` decorators, and reading a step's handlers
+and typed declarations off its class."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, ValidationError
+
+from picoflow.errors import PicoFlowError
+from picoflow.validation import validation_problems
+
+_TOOL_ATTR = "__picoflow_tool__"
+_GROUP_ATTR = "__picoflow_tools__"
+_EFFECT_ATTR = "__picoflow_effect__"
+
+# The journal keys of the effect calls whose handler runs in this task, by tool call id.
+_effect_keys: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "picoflow_effect_keys", default=None
+)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call: its name, a description, and a pydantic model for its arguments.
+
+    ``effect=True`` marks a tool whose handler changes something outside the session (a payment, a booking, a
+    ticket, an email): its outcome is journaled and replayed, not run again, by a retry of the same turn.
+    """
+
+    name: str
+    description: str
+    schema: type[BaseModel]
+    effect: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.strip():
+            raise PicoFlowError("A tool needs a non-empty name.")
+        if not (isinstance(self.schema, type) and issubclass(self.schema, BaseModel)):
+            raise PicoFlowError(f"Tool '{self.name}' needs a pydantic model class as its schema.")
+
+    def as_model_tool(self) -> dict[str, Any]:
+        """The OpenAI-style function description handed to ``bind_tools``: LangChain's conversion of the schema,
+        under this tool's name and description."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": _parameters_schema(self.schema),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class InvalidToolArguments:
+    """A tool call whose arguments failed the tool's schema, as ``Step.on_invalid_tool_arguments`` receives it."""
+
+    #: The tool the model called.
+    name: str
+    #: The arguments as the model sent them (never logged by the framework).
+    args: dict[str, Any]
+    #: The schema's verdict.
+    error: ValidationError
+
+    @property
+    def problems(self) -> str:
+        """Each problem as ``field: what is wrong``, joined with ``; ``."""
+        return validation_problems(self.error, "arguments")
+
+    def default_feedback(self) -> str:
+        """The tool result the model gets when the step gives no feedback of its own."""
+        return (
+            f"Invalid arguments for tool '{self.name}': {self.problems}. "
+            "Call the tool again with corrected arguments."
+        )
+
+
+class NoArguments(BaseModel):
+    """The schema of a tool whose handler takes no arguments (``async def show_table(self)``)."""
+
+
+
+@lru_cache(maxsize=512)
+def _parameters_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    # Converting a model is slow and the model class never changes, so convert it once per class.
+    return convert_to_openai_tool(schema)["function"]["parameters"]
+
+
+def tool(arg: Callable[..., Any] | str | None = None, *, effect: bool = False) -> Any:
+    """Expose and handle a tool: bare ``@tool`` uses the method name, ``@tool("name")`` an explicit one.
+
+    ``@tool(effect=True)`` (or ``@tool("name", effect=True)``) marks a handler that changes the world outside the
+    session: it runs once per turn, however often the turn is retried (see ``ToolSpec``).
+    """
+
+    def mark(func: Callable[..., Any], name: str) -> Callable[..., Any]:
+        if not callable(func) or isinstance(func, (staticmethod, classmethod)):
+            raise PicoFlowError("@tool can only decorate Step instance methods.")
+        setattr(func, _TOOL_ATTR, name)
+        if effect:
+            setattr(func, _EFFECT_ATTR, True)
+        return func
+
+    if callable(arg):
+        return mark(arg, arg.__name__)
+    if arg is not None and (not isinstance(arg, str) or not arg.strip()):
+        raise PicoFlowError("@tool requires a non-empty tool name.")
+    return lambda func: mark(func, arg.strip() if arg else func.__name__)
+
+
+def tools(names: Iterable[str], *, effect: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Handle one exact set of tool names returned together; the handler receives the list of calls.
+
+    ``effect=True`` journals the group handler's outcome like an effect ``@tool``'s.
+    """
+    if isinstance(names, str) or not names:
+        raise PicoFlowError("@tools requires at least one tool name.")
+    names = list(names)
+    if any(not isinstance(n, str) or not n.strip() for n in names):
+        raise PicoFlowError("@tools requires non-empty tool names.")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise PicoFlowError(f"@tools cannot declare tool '{name}' more than once.")
+        seen.add(name)
+
+    def mark(func: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(func) or isinstance(func, (staticmethod, classmethod)):
+            raise PicoFlowError("@tools can only decorate Step instance methods.")
+        setattr(func, _GROUP_ATTR, frozenset(names))
+        if effect:
+            setattr(func, _EFFECT_ATTR, True)
+        return func
+
+    return mark
+
+
+def is_effect(flow: Any, names: Iterable[str], handler: Any) -> bool:
+    """Whether ``handler``, handling the tools ``names``, changes the world: it was declared with
+    ``effect=True``, or one of its tools is a ``ToolSpec(..., effect=True)``."""
+    if getattr(getattr(handler, "__func__", handler), _EFFECT_ATTR, False):
+        return True
+    return any(getattr(flow.run_context.tools.get(name), "effect", False) for name in names)
+
+
+@contextlib.contextmanager
+def effect_keys(keys: Mapping[str, str]) -> Iterator[None]:
+    """Within the block, ``tool_idempotency_key()`` answers the journal key of each effect call (by call id)."""
+    token = _effect_keys.set(keys)
+    try:
+        yield
+    finally:
+        _effect_keys.reset(token)
+
+
+def journaled_key(call_id: str) -> str | None:
+    """The journal key of the effect call ``call_id`` whose handler runs in this task, if it is one."""
+    return (_effect_keys.get() or {}).get(call_id)
+
+
+@lru_cache(maxsize=1024)
+def decorated_tools(cls: type) -> dict[str, str]:
+    """Tool name -> method name for every ``@tool`` on ``cls``, the nearest class winning (cached: read-only)."""
+    found: dict[str, str] = {}
+    for klass in cls.__mro__:
+        claimed: dict[str, str] = {}
+        for attr, value in vars(klass).items():
+            name = getattr(value, _TOOL_ATTR, None)
+            if name is None:
+                continue
+            if name in claimed:
+                raise PicoFlowError(f"Tool '{name}' is already handled by method '{claimed[name]}'.")
+            claimed[name] = attr
+        for name, attr in claimed.items():
+            found.setdefault(name, attr)
+    return found
+
+
+@lru_cache(maxsize=1024)
+def exposed_order(cls: type) -> tuple[str, ...]:
+    """Decorated tool names, base classes first, so a subclass adds to what its parent exposed."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for value in vars(klass).values():
+            name = getattr(value, _TOOL_ATTR, None)
+            if name is not None and name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+@lru_cache(maxsize=1024)
+def group_handlers(cls: type) -> dict[frozenset[str], str]:
+    """Name set -> method name for every ``@tools`` handler on ``cls``, the nearest class winning."""
+    found: dict[frozenset[str], str] = {}
+    for klass in cls.__mro__:
+        for attr, value in vars(klass).items():
+            names = getattr(value, _GROUP_ATTR, None)
+            if names is not None:
+                found.setdefault(names, attr)
+    return found
+
+
+def _parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
+
+
+@lru_cache(maxsize=1024)
+def argument_model(func: Callable[..., Any]) -> type[BaseModel] | None:
+    """The pydantic model a typed handler's argument is annotated with (``args: Model``), else None."""
+    try:
+        hints = typing.get_type_hints(func)
+    except (NameError, TypeError):
+        return None
+    parameters = _parameters(func)
+    if not parameters:
+        return None
+    hint = hints.get(parameters[0].name)
+    return hint if isinstance(hint, type) and issubclass(hint, BaseModel) else None
+
+
+@lru_cache(maxsize=1024)
+def takes_no_arguments(func: Callable[..., Any]) -> bool:
+    """Whether a handler (the plain function, not a bound method) takes nothing but ``self``."""
+    return not _parameters(func)
+
+
+@lru_cache(maxsize=1024)
+def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
+    """A ``ToolSpec`` for every ``@tool`` handler of ``cls`` whose argument is annotated with a pydantic model,
+    or that takes no arguments at all (its schema is then the empty ``NoArguments``).
+
+    The name is the tool's, the description the handler's docstring (first paragraph), the schema the annotation:
+    such a tool is declared once, by its handler.
+    """
+    specs = []
+    for name, attr in decorated_tools(cls).items():
+        func = getattr(cls, attr)
+        schema = argument_model(func) or (NoArguments if takes_no_arguments(func) else None)
+        if schema is None:
+            continue
+        doc = inspect.getdoc(func) or ""
+        description = doc.split("\n\n", 1)[0].replace("\n", " ").strip() or name.replace("_", " ")
+        effect = bool(getattr(func, _EFFECT_ATTR, False))
+        specs.append(ToolSpec(name=name, description=description, schema=schema, effect=effect))
+    return tuple(specs)
+
+
+def offered_tool_names(step: Any) -> list[str]:
+    """The flow-registry tools ``step`` offers its model: ``use_tools()`` then its ``@tool`` handlers.
+
+    MCP tools are described by their servers, not by the flow's registry: they are offered separately.
+    """
+    return offered_names(type(step), step.use_tools(), step.use_mcp_tools())
+
+
+def offered_names(cls: type, use_tools: Iterable[str], mcp_offers: Iterable[Any]) -> list[str]:
+    """The flow-registry tools a step of class ``cls`` offers, from what its ``use_tools()`` and
+    ``use_mcp_tools()`` returned: the names it uses, then its ``@tool`` handlers, less those an MCP server offers."""
+    names = list(use_tools)
+    for name in exposed_order(cls):
+        if name not in names:
+            names.append(name)
+    mcp_names = {name for offer in mcp_offers for name in offer.tools}
+    return [name for name in names if name not in mcp_names] if mcp_names else names
+
+
+def tool_handler(step: Any, name: str) -> Any:
+    """The bound handler of one tool on ``step``: its ``@tool`` method first, then a same-named method, else None."""
+    method = decorated_tools(type(step)).get(name)
+    if method is not None:
+        return getattr(step, method)
+    candidate = getattr(step, name, None)
+    return candidate if callable(candidate) and not name.startswith("_") else None
+
+
+def group_handler(step: Any, names: set[str]) -> Any:
+    """The ``@tools`` group handler of ``step`` that handles exactly ``names``, else None."""
+    method = group_handlers(type(step)).get(frozenset(names))
+    return getattr(step, method) if method else None

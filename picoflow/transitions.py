@@ -1,0 +1,181 @@
+"""Transitions: where a handler, a logic step or ``on_response`` sends the turn next (``go``, ``stay``, ``direct``,
+``direct_to``, ``finish``), and which handler is running so that ``stay`` and ``direct`` know their step."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import BaseMessage
+
+from picoflow.errors import PicoFlowError
+from picoflow.messages import DirectMessage
+
+if TYPE_CHECKING:
+    from picoflow.step import Step
+
+
+# The step whose tool handler runs in this task (stay() and direct() need it) and the individual call it
+# handles (None inside a group handler).
+_handling_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar("picoflow_handling_step", default=None)
+_handled_call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "picoflow_handled_tool_call", default=None
+)
+
+
+@contextlib.contextmanager
+def handling(step: Step, call: dict[str, Any] | None) -> Iterator[None]:
+    """Mark a handler of ``step`` (a tool handler for ``call`` when it handles a single one, or a decision hook)
+    as running in the block: ``stay()`` and ``direct()`` answer for that step."""
+    step_token = _handling_step.set(step)
+    call_token = _handled_call.set(call)
+    try:
+        yield
+    finally:
+        _handled_call.reset(call_token)
+        _handling_step.reset(step_token)
+
+
+def handling_step() -> Step | None:
+    """The step whose tool handler is running in this task, if any."""
+    return _handling_step.get()
+
+
+def handled_tool_call() -> dict[str, Any] | None:
+    """The tool call whose individual handler is running, if any."""
+    return _handled_call.get()
+
+
+
+TOOL_VALIDATED = "input validated"
+
+
+def step_name(target: Any) -> str:
+    """Normalise a step class, step or name to the registered name (a step is known by its ``id``)."""
+    if isinstance(target, str):
+        name = target.strip()
+        if not name:
+            raise PicoFlowError("go() requires a non-empty Step name.")
+        return name
+    found = getattr(target, "id", None)
+    if isinstance(found, str) and found:
+        return found
+    raise PicoFlowError("go() requires a Step class with a non-empty id.")
+
+
+@dataclass(frozen=True)
+class Transition:
+    """Where to go next and what to apply on the destination; every ``with_*`` returns a new object."""
+
+    step: str
+    tool: str | None = None
+    message: BaseMessage | None = None
+    prompt: str | None = None
+    state: dict[str, Any] | None = None
+    content_type: str | None = None
+    finish: bool = False
+
+    def with_tool_feedback(self, feedback: str) -> Transition:
+        """The tool result the model reads for the call that returned this (default ``input validated``)."""
+        return replace(self, tool=feedback)
+
+    def with_state(self, state: dict[str, Any]) -> Transition:
+        """Save ``state`` on the destination step, as its ``save_state(state)`` would, once the cursor is there.
+
+        The destination is the step this transition goes to: ``go(X).with_state(...)`` writes X's state (hand-over
+        of what X owns); ``stay(...)``, ``direct(...)`` and ``finish(...)`` write the executing step's.
+        """
+        return replace(self, state=dict(state))
+
+    def with_prompt(self, prompt: str) -> Transition:
+        """Save ``prompt`` as the destination step's ``_prompt``, which its default ``get_prompt()`` returns."""
+        return replace(self, prompt=prompt)
+
+    def with_message(self, message: BaseMessage) -> Transition:
+        """Hand ``message`` to the destination step: it opens the step's next model call (after the tool results).
+
+        Crossing into another step, that step's ``on_crossing(message, prior_step)`` receives it first and decides
+        what is kept. A ``DirectMessage`` is the reply itself, sent without a model call.
+        """
+        return replace(self, message=message)
+
+    def with_content_type(self, content_type: str) -> Transition:
+        """Set the destination step's response content type (e.g. ``application/json``)."""
+        return replace(self, content_type=content_type)
+
+
+def go(target: Any) -> Transition:
+    """Move the cursor to ``target`` (a Step class or a registered step name)."""
+    return Transition(step=step_name(target))
+
+
+def _handler_step(what: str) -> Step:
+    step = handling_step()
+    if step is None:
+        raise PicoFlowError(f"{what}() can only be returned from inside a running tool handler or decision hook.")
+    return step
+
+
+def stay(feedback: str | None = None) -> Transition:
+    """Keep the executing step and send ``feedback`` (default ``input validated``) back to the model."""
+    step = _handler_step("stay")
+    return Transition(step=step.id, tool=feedback or TOOL_VALIDATED)
+
+
+def direct(content: Any) -> Transition:
+    """Answer the caller with ``content`` verbatim and keep the cursor; no further model call this turn.
+
+    Returned from a tool handler, or from a ``DecisionStep``'s ``on_decision``/``on_decision_error``.
+    """
+    step = _handler_step("direct")
+    return Transition(step=step.id, message=DirectMessage(step, content))
+
+
+def direct_to(target: Any, content: Any) -> Transition:
+    """Move the cursor to ``target`` and answer with ``content`` verbatim, without a model call."""
+    name = step_name(target)
+    return Transition(step=name, message=DirectMessage(name, content))
+
+
+def finish(content: Any) -> Transition:
+    """Complete the session, keep the cursor, and answer with ``content`` verbatim."""
+    step = handling_step()
+    # Outside a handler (on_response, a logic step) the step is known only when the answer is delivered.
+    message = DirectMessage(step, content) if step else DirectMessage("", content, id=None)
+    # An empty step name keeps the cursor wherever it is.
+    return Transition(step="", message=message, finish=True)
+
+
+@dataclass(frozen=True)
+class DirectResult:
+    """A worker tool's answer that ends the worker with ``value`` as its output (no further model call)."""
+
+    value: Any
+
+
+def direct_result(value: Any) -> DirectResult:
+    """From a tool handler of a ``run_steps()`` worker: stop that worker and use ``value`` as its output."""
+    # Imported here: only run_steps() workers return direct results, and the parallel machinery is theirs.
+    from picoflow.parallel import check_json
+
+    check_json(value, "The direct_result() value")
+    return DirectResult(copy.deepcopy(value))
+
+
+def as_transition(value: Any) -> Transition | None:
+    """Interpret a handler/logic/on_response result as a transition, or ``None`` if it is not one.
+
+    A class with a non-empty string ``id`` (a step class) routes to that step.
+    """
+    if isinstance(value, Transition):
+        return value
+    if isinstance(value, str) and value.strip():
+        return Transition(step=value.strip())
+    name = getattr(value, "id", None) if isinstance(value, type) else None
+    if isinstance(name, str) and name:
+        return Transition(step=name)
+    return None
