@@ -37,6 +37,7 @@ from picoflow.session.document import (
 )
 
 if TYPE_CHECKING:
+    from picoflow.events import EventSink
     from picoflow.models.registry import ProviderRegistry
     from picoflow.parallel import CancellationSignal
 
@@ -447,6 +448,8 @@ class RunContext:
         self.sequence: list[SequenceItem] = []
         self.files = TurnFiles(None)
         self.services: TurnServices | None = None
+        #: Where a streamed turn's events go (every turn is streamed; ``FlowEngine.run`` drains them).
+        self.events: EventSink | None = None
         self.shared = SharedView(self)
 
     # -- views ----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,6 +56,7 @@ from picoflow.recovery import (
     is_transient_error,
 )
 from picoflow.results import RunResponse
+from picoflow.turn import streaming
 from picoflow.step import (
     TOOL_VALIDATED,
     DirectResult,
@@ -149,6 +150,7 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         if step.id != prior:
             if flow.checkpoint_on_crossing and not execution_frames(flow):
                 await flow.checkpoint()
+            streaming.announce_step(flow, step)
             pending = step.on_crossing(pending, prior)
         prior = step.id
 
@@ -183,6 +185,7 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         else:
             ai = outcome.ai.model_copy(update={"id": gen_message_id(step)})
             if ai.tool_calls and outcome.parsed is None:
+                streaming.announce_tools(flow, ai)
                 tools = await dispatch_tools(flow, step, ai)
                 # The call and its results are stored together, after whatever the handlers did: a nested
                 # child sharing this namespace must never send a tool call whose results are not there yet.
@@ -617,8 +620,11 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
                 request, flow.run_context.files, runtime.providers.file_types(selection), step.id
             )
         timeout = _attempt_timeout(step)
+        # Structured output arrives whole; a plain reply of the turn's own step streams to the client.
+        sink = streaming.reply_sink(flow, step) if schema is None else None
         try:
-            output = await _invoke(runnable, request, timeout, signal, step.id)
+            call = runnable.ainvoke(request) if sink is None else streaming.streamed_call(runnable, request, sink)
+            output = await _invoke(call, timeout, signal, step.id)
         except TimeoutError as exc:
             limit = f"{timeout * 1000:.0f} ms"
             failure = _Failure("invocation_error", "timeout", f"the model call exceeded {limit}", attempt, exc)
@@ -677,20 +683,21 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
     return failure
 
 
-async def _invoke(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any, step_id: str) -> Any:
-    """One model invocation, bounded by ``timeout`` and abandoned as soon as ``signal`` is cancelled."""
+async def _invoke(call: Coroutine[Any, Any, Any], timeout: float | None, signal: Any, step_id: str) -> Any:
+    """One model invocation (a whole stream, when streamed), bounded by ``timeout`` and abandoned as soon as
+    ``signal`` is cancelled."""
     limit = call_deadline.set(None if timeout is None else time.monotonic() + timeout)
     try:
         with model_call_for("chat", step_id):
-            return await _invoke_bounded(runnable, request, timeout, signal)
+            return await _invoke_bounded(call, timeout, signal)
     finally:
         call_deadline.reset(limit)
 
 
-async def _invoke_bounded(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any) -> Any:
+async def _invoke_bounded(invocation: Coroutine[Any, Any, Any], timeout: float | None, signal: Any) -> Any:
     if signal is None:
-        return await asyncio.wait_for(runnable.ainvoke(request), timeout)
-    call = asyncio.ensure_future(runnable.ainvoke(request))
+        return await asyncio.wait_for(invocation, timeout)
+    call = asyncio.ensure_future(invocation)
     stop = asyncio.ensure_future(signal.wait())
     try:
         done, _ = await asyncio.wait({call, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
