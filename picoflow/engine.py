@@ -253,7 +253,8 @@ class FlowEngine:
         tokens_before = doc.tokens.model_copy()
         try:
             flow.run_context.bind(doc, self._services(flow), TurnFiles(self.file_store, turn.files, turn.file_data))
-            flow.run_context.events = sink
+            # Progress and text are only worth reporting to someone reading them as they happen.
+            flow.run_context.events = sink if sink.live else None
             response = await bounded_turn(loop.answer_turn(flow, turn.message, turn.request_id))
         except _UNTOUCHED_ERRORS as exc:
             # Every save moves the revision: a restore hook's migration, a batch flow's or a checkpoint's save.

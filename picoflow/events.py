@@ -29,8 +29,14 @@ class TurnEvent:
     """
 
     event: EventName
-    data: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
     response: RunResponse | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The event's JSON: ``{"text"}`` for a delta, ``{"name"}`` for progress, the envelope for a final event."""
+        # Built when read: a drained stream (``FlowEngine.run``) never needs the envelope.
+        return self.response.envelope() if self.response is not None else self.fields
 
     @property
     def final(self) -> bool:
@@ -40,7 +46,7 @@ class TurnEvent:
     @classmethod
     def ending(cls, response: RunResponse) -> TurnEvent:
         """The final event answering ``response``: ``committed`` for a success, else ``aborted``."""
-        return cls("committed" if response.success else "aborted", response.envelope(), response)
+        return cls("committed" if response.success else "aborted", response=response)
 
 
 class EventSink:

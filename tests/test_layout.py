@@ -120,7 +120,8 @@ def test_the_search_turn_crosses_few_framework_files() -> None:
           f"({len(edges)} caller -> callee directions), {sum(edges.values())} cross-file calls, "
           f"{flow_step_calls} calls between flow.py and step.py")
     print("files:", ", ".join(sorted(files)))
-    assert len(files) <= 12, sorted(files)
-    assert len(linked) <= 25, sorted(edges)
-    assert len(edges) <= 28, sorted(edges)  # keeps the directed figure from growing back
+    # The engine and the turn's event stream (events.py) are one more file and one more pair than before streaming.
+    assert len(files) <= 13, sorted(files)
+    assert len(linked) <= 26, sorted(edges)
+    assert len(edges) <= 29, sorted(edges)  # keeps the directed figure from growing back
     assert flow_step_calls <= 10

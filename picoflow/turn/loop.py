@@ -56,7 +56,6 @@ from picoflow.recovery import (
     is_transient_error,
 )
 from picoflow.results import RunResponse
-from picoflow.turn import streaming
 from picoflow.step import (
     TOOL_VALIDATED,
     DirectResult,
@@ -72,6 +71,7 @@ from picoflow.step import (
     takes_no_arguments,
     tool_handler,
 )
+from picoflow.turn import streaming
 
 MAX_HOPS_PER_TURN = 64
 # finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
@@ -150,7 +150,8 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         if step.id != prior:
             if flow.checkpoint_on_crossing and not execution_frames(flow):
                 await flow.checkpoint()
-            streaming.announce_step(flow, step)
+            if flow.run_context.events is not None:
+                streaming.announce_step(flow, step)
             pending = step.on_crossing(pending, prior)
         prior = step.id
 
@@ -185,7 +186,8 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         else:
             ai = outcome.ai.model_copy(update={"id": gen_message_id(step)})
             if ai.tool_calls and outcome.parsed is None:
-                streaming.announce_tools(flow, ai)
+                if flow.run_context.events is not None:
+                    streaming.announce_tools(flow, ai)
                 tools = await dispatch_tools(flow, step, ai)
                 # The call and its results are stored together, after whatever the handlers did: a nested
                 # child sharing this namespace must never send a tool call whose results are not there yet.
@@ -621,7 +623,7 @@ async def _attempts(flow: Flow, step: Step, selection: ModelSelection, budget: i
             )
         timeout = _attempt_timeout(step)
         # Structured output arrives whole; a plain reply of the turn's own step streams to the client.
-        sink = streaming.reply_sink(flow, step) if schema is None else None
+        sink = streaming.reply_sink(flow, step) if schema is None and flow.run_context.events is not None else None
         try:
             call = runnable.ainvoke(request) if sink is None else streaming.streamed_call(runnable, request, sink)
             output = await _invoke(call, timeout, signal, step.id)

@@ -27,10 +27,8 @@ def turn_sink(flow: Any) -> EventSink | None:
 
 
 def reply_sink(flow: Any, step: Step) -> EventSink | None:
-    """Where ``step``'s model call streams its text: only a top-level step replying in plain text streams, and
-    only while someone reads the reply as it is written."""
-    sink = turn_sink(flow)
-    return sink if sink is not None and sink.live and step.content_type == PLAIN_TEXT else None
+    """Where ``step``'s model call streams its text: only a top-level step replying in plain text streams."""
+    return turn_sink(flow) if step.content_type == PLAIN_TEXT else None
 
 
 def announce_step(flow: Any, step: Step) -> None:
