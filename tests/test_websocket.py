@@ -81,7 +81,8 @@ def message(body: Any, *, principal: str | None = None, connection_id: str = "co
     }
     if principal is not None:
         context["authorizer"] = {"principalId": principal, "principal": principal}
-    return {"requestContext": context, "body": body if isinstance(body, str) else json.dumps(body), "isBase64Encoded": False}
+    text = body if isinstance(body, str) else json.dumps(body)
+    return {"requestContext": context, "body": text, "isBase64Encoded": False}
 
 
 def send(connection: Connection, body: Any, **kwargs: Any) -> dict[str, Any]:
