@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FLOW ?= HotelFlow
 
-.PHONY: run eval test lint bench clean chromium build-ApiFunction
+.PHONY: run eval test lint bench clean chromium build-ApiFunction build-WebSocketFunction
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -58,6 +58,9 @@ build-ApiFunction:
 	cd "$(ARTIFACTS_DIR)" && rm -rf bin $(foreach name,$(RUNTIME_PROVIDED),$(name) $(name)-*.dist-info)
 	cp -R handlers flows "$(ARTIFACTS_DIR)/"
 	find "$(ARTIFACTS_DIR)/handlers" "$(ARTIFACTS_DIR)/flows" -name __pycache__ -prune -exec rm -rf {} +
+
+# The WebSocket API's function (template parameter EnableWebSocketApi) ships the same code.
+build-WebSocketFunction: build-ApiFunction
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
