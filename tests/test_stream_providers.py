@@ -1,10 +1,14 @@
 """Streamed turns on the real provider clients: LangChain's astream against the fake OpenAI-compatible and Anthropic
-servers (server-sent chunks) and against Bedrock's ConverseStream (answered inside botocore). Text arrives in
+servers (server-sent chunks), against Bedrock's ConverseStream (answered inside botocore) and against Gemini's
+streamGenerateContent. Text arrives in
 pieces, tool calls are taken back, usage is still counted, and a stalled stream is cut by the call's timeout."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -14,13 +18,14 @@ from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, tool
 from picoflow.events import TurnEvent
 from picoflow.models.anthropic import AnthropicProvider
 from picoflow.models.bedrock import BedrockProvider
+from picoflow.models.google import GoogleProvider
 from picoflow.models.openai import OpenAIProvider
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.models.registry import ModelSelection as Selection
 from picoflow.stores import MemorySessionStore
 from tests.support.fake_anthropic import FakeAnthropicServer, anthropic_message
 from tests.support.fake_bedrock import FakeBedrock, converse_response
-from tests.support.fake_openai import FakeOpenAIServer, chat_completion, usage_block
+from tests.support.fake_openai import FakeOpenAIServer, chat_completion, text_pieces, usage_block
 
 REPLY = "Room twelve is free on Friday, for ninety euros."
 LOOKUP = {"id": "call_1", "name": "find_room", "args": {"day": "Friday"}}
@@ -131,3 +136,74 @@ def test_a_stream_stalling_between_chunks_is_cut_by_the_call_timeout() -> None:
     assert names[-1] == "aborted" and events[-1].data["code"] == "MODEL_TIMEOUT"
     assert names[0] == "delta" and "reset" in names  # it had started, and its words were taken back
     assert server.url not in str([event.data for event in events])
+
+
+class GeminiStreamServer:
+    """A loopback Gemini API answering ``streamGenerateContent?alt=sse`` with ``replies`` in order, each as
+    server-sent ``GenerateContentResponse`` chunks: its text word by word, its usage with the last one."""
+
+    def __init__(self, replies: list[tuple[str, dict[str, int]]]) -> None:
+        self.replies = list(replies)
+        self.paths: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.paths.append(self.path)
+                text, usage = outer.replies.pop(0)
+                chunks = [{"candidates": [{"content": {"role": "model", "parts": [{"text": piece}]}, "index": 0}]}
+                          for piece in text_pieces(text)]
+                chunks[-1]["candidates"][0]["finishReason"] = "STOP"
+                chunks[-1]["usageMetadata"] = usage
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for chunk in chunks:
+                    self.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
+                    self.wfile.flush()
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's parameter name
+                """Silent."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ChatStep(Step):
+    def get_prompt(self) -> str:
+        return "Answer."
+
+
+class ChatFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return ModelSelection(provider="fixed", name="any", retry_attempts=1)
+
+    def define_steps(self) -> list[Step]:
+        return [ChatStep(self)]
+
+
+def test_google_streams_with_usage_counted() -> None:
+    server = GeminiStreamServer([(REPLY, {"promptTokenCount": 30, "candidatesTokenCount": 11,
+                                          "totalTokenCount": 41})])
+    try:
+        model = GoogleProvider(api_key="k", base_url=server.url).chat_model(
+            ModelSelection(provider="google", name="gemini-2.5-flash"))
+        events = asyncio.run(stream_turn(model, ChatFlow))
+    finally:
+        server.close()
+    names = [event.event for event in events]
+    assert names[-1] == "committed", events[-1].data
+    assert names.count("delta") == len(REPLY.split())
+    assert "".join(event.data["text"] for event in events if event.event == "delta") == REPLY
+    assert ":streamGenerateContent" in server.paths[0]
+    tokens = events[-1].response.tokens
+    assert (tokens.input_tokens, tokens.output_tokens) == (30, 11)
