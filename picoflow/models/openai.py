@@ -164,8 +164,12 @@ class OpenAIProvider(ModelProvider):
             )
         base_url = self._base_url or env_value(env, endpoint.base_url_env)
         # A streamed reply asks for its usage (stream_options.include_usage), so streamed turns are counted too;
-        # LangChain would assume so only for OpenAI's own endpoint without a client of ours.
-        options: dict[str, Any] = {"timeout": DEFAULT_TIMEOUT_SECONDS, "stream_usage": True, **selection.params}
+        # LangChain would assume so only for OpenAI's own endpoint without a client of ours. The call's own
+        # timeout bounds a whole stream (a stall included), so LangChain's per-chunk timer, a task and a timer
+        # per chunk, is left off; the client's read timeout still catches a dead connection.
+        options: dict[str, Any] = {
+            "timeout": DEFAULT_TIMEOUT_SECONDS, "stream_usage": True, "stream_chunk_timeout": None, **selection.params
+        }
         # Imported here: the OpenAI client stack is slow to import and a Lambda cold start may not need it.
         if endpoint.kind == "azure":
             return self._azure_model(selection, api_key, base_url, env, options)

@@ -55,19 +55,22 @@ async def streamed_call(runnable: Any, request: list[BaseMessage], sink: EventSi
     """
     # A new call's text replaces whatever an earlier call of this turn showed.
     sink.reset()
-    merged: AIMessageChunk | None = None
+    chunks: list[AIMessageChunk] = []
+    calling = False
     try:
         async for chunk in runnable.astream(request):
-            merged = chunk if merged is None else merged + chunk
-            if merged.tool_call_chunks:
-                # The model turned to a tool: its words so far were not the reply.
+            chunks.append(chunk)
+            # Once the model turns to a tool, its words so far were not the reply, nor are any that follow.
+            calling = calling or bool(chunk.tool_call_chunks)
+            if calling:
                 sink.reset()
             else:
                 sink.delta(content_text(chunk.content))
     except BaseException:
         sink.reset()
         raise
-    if merged is None:
+    if not chunks:
         return AIMessage(content="")
-    message = message_chunk_to_message(merged)
+    # Merged once at the end: merging chunk by chunk would copy the growing message at every chunk.
+    message = message_chunk_to_message(chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0])
     return message if isinstance(message, AIMessage) else AIMessage(content=message.content)

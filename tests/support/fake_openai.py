@@ -115,6 +115,8 @@ class FakeOpenAIServer:
         self.sizes: list[int] = []
         self.usages: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        #: For each streamed response, the ``time.monotonic()`` at which each of its events was written.
+        self.written: list[list[float]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         # A short poll interval keeps shutdown() quick at the end of each test.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -193,12 +195,15 @@ class FakeOpenAIServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
+                written: list[float] = []
+                server.written.append(written)
                 try:
                     for index, event in enumerate(events):
                         if index and server.chunk_delay:
                             time.sleep(server.chunk_delay)
                         self.wfile.write(event.encode())
                         self.wfile.flush()
+                        written.append(time.monotonic())
                 except OSError:
                     return  # the client stopped reading (a timed-out call): nothing to report
 
