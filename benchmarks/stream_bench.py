@@ -298,8 +298,7 @@ costs {bare["ainvoke"] * 1000:.1f} ms of CPU invoked and {bare["astream"] * 1000
 ({bare["astream"] / bare["ainvoke"]:.2f}x): each chunk arriving on its own, 50 ms after the last, is a separate
 network read, SSE parse and chunk object in the client. That leaves {own_extra * 1000:.1f} ms per streamed turn
 for PicoFlow's own part (the events, the hand-over to the connection's thread, the server-sent frames), against
-the {serve["cpu_json"] * 1000:.1f} ms of the JSON turn: the goal is missed by the provider client's cost of
-streaming, not by PicoFlow's.
+the {serve["cpu_json"] * 1000:.1f} ms of the JSON turn.
 """
 
 
