@@ -294,7 +294,7 @@ CPU of the `picoflow serve` process per turn (user + system from /proc, in 10 ms
 Streamed / unstreamed CPU: {ratio:.2f}x (goal at most {GOAL_CPU_RATIO}x: {cpu_verdict}).
 
 Where the difference goes: LangChain's `ChatOpenAI` alone (the OpenAI SDK over httpx), fetching the same reply,
-costs {bare["ainvoke"] * 1000:.1f} ms of CPU invoked and {bare["astream"] * 1000:.1f} ms streamed \
+costs {bare["ainvoke"] * 1000:.1f} ms of CPU invoked and {bare["astream"] * 1000:.1f} ms streamed
 ({bare["astream"] / bare["ainvoke"]:.2f}x): each chunk arriving on its own, 50 ms after the last, is a separate
 network read, SSE parse and chunk object in the client. That leaves {own_extra * 1000:.1f} ms per streamed turn
 for PicoFlow's own part (the events, the hand-over to the connection's thread, the server-sent frames), against

@@ -448,7 +448,7 @@ class RunContext:
         self.sequence: list[SequenceItem] = []
         self.files = TurnFiles(None)
         self.services: TurnServices | None = None
-        #: Where a streamed turn's events go (every turn is streamed; ``FlowEngine.run`` drains them).
+        #: Where the turn's events go while a client reads them as they happen (``FlowEngine.stream``); else None.
         self.events: EventSink | None = None
         self.shared = SharedView(self)
 

@@ -131,12 +131,16 @@ def relay_turn(
     request = turn.request
 
     async def pump() -> None:
-        async for event in runtime.engine.stream(
-            request.flow_name, request.message, turn.session_id, request.config, deadline=turn_deadline(context),
-            idempotency_key=turn.idempotency_key, caller=caller, request_id=request_id, files=files.refs,
-            file_data=files.data,
-        ):
-            events.put(event)
+        try:
+            async for event in runtime.engine.stream(
+                request.flow_name, request.message, turn.session_id, request.config, deadline=turn_deadline(context),
+                idempotency_key=turn.idempotency_key, caller=caller, request_id=request_id, files=files.refs,
+                file_data=files.data,
+            ):
+                events.put(event)
+        except Exception as exc:  # noqa: BLE001 - the client still gets its final event
+            failed = PicoFlowError("The turn's stream failed.", code="TURN_FAILED")
+            events.put(TurnEvent.ending(RunResponse.failure(failed, turn.session_id or "", request_id, cause=exc)))
 
     running = asyncio.run_coroutine_threadsafe(pump(), runtime.loop)
     listening = True
