@@ -339,7 +339,11 @@
       // Read as bytes and shown from a blob: URL, so even an SVG image cannot run script.
       return el('img', { class: 'reply-image', src: URL.createObjectURL(await response.blob()), alt: `${type} reply` });
     }
-    const text = await response.text();
+    return textReply(type, await response.text());
+  }
+
+  /** A textual reply shown by its (lower-case, parameter-free) content type. */
+  function textReply(type, text) {
     if (type === 'application/json' || type.endsWith('+json')) {
       try {
         return jsonBlock(JSON.parse(text));
@@ -589,7 +593,9 @@
       return false;
     }
     const contentType = body.contentType || 'text/plain';
-    const content = typeof body.message === 'string' ? renderMarkdown(body.message) : jsonBlock(body.message);
+    // A streamed turn's envelope carries a reply of any content type as text; a JSON answer's is plain text.
+    const type = contentType.split(';')[0].trim().toLowerCase();
+    const content = typeof body.message === 'string' ? textReply(type, body.message) : jsonBlock(body.message);
     botTurn(contentType, content);
     return Boolean(body.completed);
   }
