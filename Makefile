@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FLOW ?= HotelFlow
 
-.PHONY: run eval test lint bench clean chromium docs build-ApiFunction lock
+.PHONY: run eval test lint bench clean chromium docs build-ApiFunction build-WebSocketFunction lock
 
 RUN_STAMP := $(VENV)/.installed-run
 # setuptools' notice about editable installs, which would otherwise end the install's output.
@@ -93,6 +93,9 @@ lock: $(STAMP)
 		--python-version $(LAMBDA_PYTHON) --python-platform aarch64-manylinux_2_28 \
 		$(addprefix --extra ,$(LOCK_EXTRAS)) $(addprefix --no-emit-package ,$(LOCK_LEFT_OUT)) \
 		--output-file requirements.txt
+
+# The WebSocket API's function (template parameter EnableWebSocketApi) ships the same code.
+build-WebSocketFunction: build-ApiFunction
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from picoflow.errors import (
     SessionTooLargeError,
     TurnDeadlineError,
 )
+from picoflow.events import EventSink, TurnEvent
 from picoflow.files.intake import store_inline
 from picoflow.files.policy import DEFAULT_REQUEST_FILE_BYTES
 from picoflow.files.refs import FileRef
@@ -152,7 +153,81 @@ class FlowEngine:
         With ``idempotency_key`` the turn is applied at most once: its receipt is written in the same
         conditional write as the session, and a retry with the same key (and ``caller``) gets the
         stored response back, marked ``replayed``, without running again.
+
+        This is the turn's event stream (:meth:`stream`) drained: the response is the one its final event
+        carries. With nobody reading the reply as it is written, models are called without streaming.
         """
+        response: RunResponse | None = None
+        async for event in self._events(
+            EventSink(live=False), flow_name, user_message, session_id, config, deadline=deadline,
+            idempotency_key=idempotency_key, caller=caller, request_id=request_id, files=files, file_data=file_data,
+            inline_files=inline_files,
+        ):
+            response = event.response if event.final else response
+        if response is None:
+            raise PicoFlowError("The turn's stream ended without a final event.")
+        return response
+
+    def stream(
+        self,
+        flow_name: str,
+        user_message: str | None = None,
+        session_id: str | None = None,
+        config: dict[str, Any] | None = None,
+        *,
+        deadline: float | None = None,
+        idempotency_key: str | None = None,
+        caller: str | None = None,
+        request_id: str | None = None,
+        files: Iterable[FileRef] = (),
+        file_data: Mapping[str, bytes] | None = None,
+        inline_files: Iterable[FileRecord] = (),
+    ) -> AsyncIterator[TurnEvent]:
+        """Run one turn (the arguments of :meth:`run`) and yield its events as they happen.
+
+        ``delta`` events carry the reply's text as the model writes it; ``reset`` says the text sent since the
+        last reset is not the reply after all; ``step`` and ``tool`` name the step entered and the tool called;
+        the last event is ``committed`` (the success envelope, once the session write landed) or ``aborted``
+        (the failure envelope). A reader that stops reading does not stop the turn: it still commits.
+        """
+        return self._events(
+            EventSink(), flow_name, user_message, session_id, config, deadline=deadline,
+            idempotency_key=idempotency_key, caller=caller, request_id=request_id, files=files, file_data=file_data,
+            inline_files=inline_files,
+        )
+
+    async def _events(
+        self, sink: EventSink, flow_name: str, user_message: str | None, session_id: str | None,
+        config: dict[str, Any] | None, *, deadline: float | None, idempotency_key: str | None, caller: str | None,
+        request_id: str | None, files: Iterable[FileRef], file_data: Mapping[str, bytes] | None,
+        inline_files: Iterable[FileRecord] = (),
+    ) -> AsyncIterator[TurnEvent]:
+        turn = asyncio.ensure_future(self._answer(
+            sink, flow_name, user_message, session_id, config, deadline=deadline, idempotency_key=idempotency_key,
+            caller=caller, request_id=request_id, files=files, file_data=file_data, inline_files=inline_files,
+        ))
+        # Only a cancelled turn ends without its final event: wake the reader so it does not wait forever.
+        turn.add_done_callback(lambda done: sink.queue.put_nowait(_BROKEN) if _unanswered(done) else None)
+        try:
+            while True:
+                try:
+                    event = await sink.queue.get()
+                except asyncio.CancelledError:
+                    turn.cancel()
+                    raise
+                if event is _BROKEN:
+                    turn.result()  # raises what ended the turn
+                yield event
+                if event.final:
+                    return
+        finally:
+            if not turn.done():
+                await asyncio.shield(turn)
+
+    async def _answer(self, sink: EventSink, flow_name: str, user_message: str | None, session_id: str | None,
+                      config: dict[str, Any] | None, *, deadline: float | None, idempotency_key: str | None,
+                      caller: str | None, request_id: str | None, files: Iterable[FileRef],
+                      file_data: Mapping[str, bytes] | None, inline_files: Iterable[FileRecord] = ()) -> None:
         request_id = request_id or uuid.uuid4().hex
         session = session_id if isinstance(session_id, str) else ""
         with turn_deadline(deadline):
@@ -169,18 +244,19 @@ class FlowEngine:
                 async with self._locks.hold(turn.session_id or turn.first_id):
                     prepared = replace(turn, file_data=file_data, inline_files=tuple(inline_files))
                     with telemetry.turn(flow_name, turn.message) as traced:
-                        return traced.answered(await self._turn(prepared))
+                        response = traced.answered(await self._turn(prepared, sink))
             except PicoFlowError as exc:
-                return RunResponse.failure(exc, session, request_id)
-            except Exception as exc:  # noqa: BLE001 - run() answers every failure with an envelope
-                return RunResponse.failure(lifecycle.defect(exc, "TURN_FAILED"), session, request_id)
+                response = RunResponse.failure(exc, session, request_id)
+            except Exception as exc:  # noqa: BLE001 - a turn answers every failure with an envelope
+                response = RunResponse.failure(lifecycle.defect(exc, "TURN_FAILED"), session, request_id)
+        sink.finish(response)
 
     def run_sync(self, flow_name: str, user_message: str | None = None, session_id: str | None = None,
                  config: dict[str, Any] | None = None) -> RunResponse:
         """Blocking convenience wrapper around :meth:`run`."""
         return asyncio.run(self.run(flow_name, user_message, session_id, config))
 
-    async def _turn(self, turn: TurnRequest) -> RunResponse:
+    async def _turn(self, turn: TurnRequest, sink: EventSink) -> RunResponse:
         deadline = current_deadline()
         if deadline is not None and deadline <= time.monotonic():
             # No time left (a late invocation, a long wait for the session lock): no store call for nothing.
@@ -203,6 +279,8 @@ class FlowEngine:
             services = self._services(flow, TurnJournal(self.session_store, doc.id, doc.revision))
             files = TurnFiles(self.file_store, turn.files, turn.file_data, self.file_budget)
             flow.run_context.bind(doc, services, files)
+            # Progress and text are only worth reporting to someone reading them as they happen.
+            flow.run_context.events = sink if sink.live else None
             response = await bounded_turn(loop.answer_turn(flow, turn.message, turn.request_id))
         except ModelNotConfiguredError as exc:
             # The operator's to fix, not the user's: nothing is written, not even a first turn's empty session.
@@ -249,6 +327,14 @@ class FlowEngine:
 
     async def close(self) -> None:
         await self.session_store.close()
+
+
+# Queued when a turn ended without answering (cancelled, or a BaseException escaped it).
+_BROKEN = TurnEvent("aborted")
+
+
+def _unanswered(turn: asyncio.Future[None]) -> bool:
+    return turn.cancelled() or turn.exception() is not None
 
 
 def _usage_since(before: TokenUsage, after: TokenUsage) -> TokenUsage:

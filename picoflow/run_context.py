@@ -24,6 +24,7 @@ from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem
 from picoflow.state import TRANSIENT_KEY, read_path
 
 if TYPE_CHECKING:
+    from picoflow.events import EventSink
     from picoflow.models.registry import ProviderRegistry
     from picoflow.parallel import CancellationSignal
     from picoflow.session.journal import TurnJournal
@@ -173,6 +174,8 @@ class RunContext:
         self.sequence: list[SequenceItem] = []
         self.files = TurnFiles(None)
         self.services: TurnServices | None = None
+        #: Where the turn's events go while a client reads them as they happen (``FlowEngine.stream``); else None.
+        self.events: EventSink | None = None
         self.shared = SharedView(self)
 
     # -- views ----------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ FOLDER_ORDER = [
     # the stored document and the stores that keep it
     "session/", "stores",
     # what the document is made of and written with
-    "logger", "messages", "files/", "results", "transitions",
+    "logger", "messages", "files/", "results", "events", "transitions",
     # model providers
     "models/", "telemetry",
     # what a turn works with: memory, recovery, decisions, MCP, batches

@@ -122,15 +122,16 @@ async def test_an_awaited_call_takes_langchains_asynchronous_path_on_the_callers
     assert model.root_async_client.timeout == 60
 
 
-def test_streams_from_openais_and_azures_own_endpoints_carry_usage() -> None:
+def test_every_member_of_the_family_asks_streams_for_their_usage() -> None:
+    # Streamed turns are counted like the others: each stream asks for usage (stream_options.include_usage).
     assert OpenAIProvider(api_key="k").chat_model(SELECTION).stream_usage is True
-    assert not OpenAIProvider(api_key="k", base_url="http://127.0.0.1:9/v1").chat_model(SELECTION).stream_usage
+    assert OpenAIProvider(api_key="k", base_url="http://127.0.0.1:9/v1").chat_model(SELECTION).stream_usage is True
     azure = OpenAIProvider(
         api_key="k", base_url="https://example.openai.azure.com/", name="azure-openai", api_version="2024-10-21"
     )
     assert azure.chat_model(ModelSelection(provider="azure-openai", name="prod-gpt-4o")).stream_usage is True
     deepseek = OpenAIProvider(api_key="k", name="deepseek")
-    assert not deepseek.chat_model(ModelSelection(provider="deepseek", name="deepseek-chat")).stream_usage
+    assert deepseek.chat_model(ModelSelection(provider="deepseek", name="deepseek-chat")).stream_usage is True
 
 
 async def test_a_retry_whose_wait_would_pass_the_calls_deadline_is_not_made() -> None:

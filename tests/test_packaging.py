@@ -265,10 +265,7 @@ def test_picoflow_flows_names_exactly_the_modules_loaded(entry_point_flows: str)
 @pytest.fixture(scope="module")
 def template_function() -> tuple[str, dict]:
     template = cfn_yaml.load(str(ROOT / "template.yaml"))
-    ((logical_id, resource),) = [
-        (key, value) for key, value in template["Resources"].items() if value["Type"] == "AWS::Serverless::Function"
-    ]
-    return logical_id, resource
+    return "ApiFunction", template["Resources"]["ApiFunction"]
 
 
 def makefile_variable(name: str) -> str:

@@ -23,7 +23,7 @@ def test_every_variable_of_the_local_environment_is_declared_by_the_function():
     # sam local only overrides variables the template declares; any other key would be ignored silently.
     env = json.loads((EVENTS / "env.json").read_text())
     template = cfn_yaml.load(str(ROOT / "template.yaml"))
-    (function,) = [name for name, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"]
+    function = "ApiFunction"
     declared = template["Resources"][function]["Properties"]["Environment"]["Variables"]
     assert set(env) == {function}
     assert set(env[function]) <= set(declared)

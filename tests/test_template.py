@@ -9,6 +9,11 @@ from cfnlint.decode import cfn_yaml
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
 CFN_LINT = Path(sys.executable).with_name("cfn-lint")
+# The roles SAM creates for the functions that call models: the HTTP API's, and the WebSocket API's when enabled.
+FUNCTION_ROLES = [
+    {"Ref": "ApiFunctionRole"},
+    {"Fn::If": ["HasWebSocketApi", {"Ref": "WebSocketFunctionRole"}, {"Ref": "AWS::NoValue"}]},
+]
 
 
 @pytest.fixture(scope="module")
@@ -18,10 +23,8 @@ def template() -> dict:
 
 @pytest.fixture(scope="module")
 def function(template) -> dict:
-    (props,) = [
-        r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"
-    ]
-    return props
+    """The HTTP API's function (the WebSocket API, when enabled, has one of its own)."""
+    return template["Resources"]["ApiFunction"]["Properties"]
 
 
 @pytest.fixture(scope="module")
@@ -371,9 +374,8 @@ def test_the_function_itself_grants_no_bedrock_access(function):
 def test_bedrock_policy_allows_invoking_the_chosen_model_only(template):
     _, policy = _bedrock_policy(template)
     props = policy["Properties"]
-    (function_name,) = [n for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"]
     # SAM names the role it creates for a function <FunctionLogicalId>Role.
-    assert props["Roles"] == [{"Ref": f"{function_name}Role"}]
+    assert props["Roles"] == FUNCTION_ROLES
     (statement,) = props["PolicyDocument"]["Statement"]
     assert statement["Effect"] == "Allow"
     assert sorted(statement["Action"]) == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
@@ -393,8 +395,7 @@ def test_the_hotel_mcp_token_is_read_from_ssm_only_when_named(template, function
     assert _evaluate(condition, _defaults(template)) is False
     assert _evaluate(condition, _defaults(template) | {"HotelMcpAuthorizationParameterName": "/a/b"}) is True
     _, policy = _conditional_policy(template, "HasHotelMcpAuthorization")
-    (function_name,) = [n for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"]
-    assert policy["Properties"]["Roles"] == [{"Ref": f"{function_name}Role"}]
+    assert policy["Properties"]["Roles"] == FUNCTION_ROLES
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert (statement["Effect"], statement["Action"]) == ("Allow", "ssm:GetParameter")
     assert statement["Resource"] == {

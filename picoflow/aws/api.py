@@ -32,6 +32,7 @@ from picoflow.aws.cors import cors_config
 from picoflow.aws.deadline import turn_deadline, wait_limit
 from picoflow.aws.idempotency import IdempotencyKeyHeader
 from picoflow.aws.observability import cold_start_metric_wanted, correlate, logger, metrics, record_turn, tracer
+from picoflow.aws.principal import principal
 from picoflow.aws.refusals import NOT_JSON, UNDECODABLE_BODY, Refusal, refusal
 from picoflow.aws.requests import (
     EndedSessionHeader,
@@ -49,19 +50,20 @@ from picoflow.aws.responses import (
     envelope,
     failure,
     failure_body,
+    outcome_unknown,
     turn_response,
 )
 from picoflow.aws.runtime import get_runtime, read_session
+from picoflow.aws.streams import stream_http_turn as stream_turn
 from picoflow.errors import RETRY_AFTER_SECONDS, FileRefusedError, FileStoreError, public_message
 from picoflow.files.intake import TakenFiles, open_upload, take_files
 from picoflow.files.store import UploadTicket
 from picoflow.wire import JSON, RETRY_AFTER_HEADER, requested_session
 
-__all__ = ["app", "lambda_handler", "openapi_schema", "read_session"]
+__all__ = ["app", "lambda_handler", "openapi_schema", "read_session", "stream_turn"]
 
 API_TITLE = "PicoFlow API"
 API_VERSION = "1.0.0"
-DEFAULT_PRINCIPAL_CLAIM = "sub"
 
 app = APIGatewayHttpResolver(cors=cors_config(), enable_validation=True, json_body_deserializer=parse_json_body)
 
@@ -114,7 +116,7 @@ def run_turn(
         # Flow code that never returns overran the engine's own deadline: answer before Lambda cuts the
         # connection. A save may still be under way, so the outcome is unknown rather than "not applied".
         logger.error("Turn overran the deadline", extra={"requestId": request_id})
-        result = _outcome_unknown(request_id, session_id)
+        result = outcome_unknown(request_id, session_id)
     registered = request.flow_name in runtime.engine.get_flow_names()
     record_turn(request.flow_name, registered, result, (time.perf_counter() - started) * 1000)
     return turn_response(result)
@@ -275,23 +277,13 @@ def _named_session() -> str:
 
 def _caller() -> str | None:
     # The authorizer's verified claim names the principal: its sessions and keys are its own.
-    claims = app.current_event.request_context.authorizer.jwt_claim or {}
-    value = claims.get(os.environ.get("PICOFLOW_PRINCIPAL_CLAIM") or DEFAULT_PRINCIPAL_CLAIM)
-    return str(value) if value else None
+    return principal(app.current_event.request_context.authorizer.jwt_claim)
 
 
 def _request_id() -> str:
     # The Lambda request id is what CloudWatch shows beside every log line of the invocation.
     context = app.lambda_context
     return getattr(context, "aws_request_id", None) or app.current_event.request_context.request_id or ""
-
-
-def _outcome_unknown(request_id: str, session_id: str | None) -> RunResponse:
-    code = "SESSION_OUTCOME_UNKNOWN"
-    return RunResponse(
-        success=False, completed=False, message=public_message(code), session=session_id or "", error_code=code,
-        status_code=503, request_id=request_id, retry_after=RETRY_AFTER_SECONDS[code],
-    )
 
 
 def _resolve(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

@@ -15,10 +15,24 @@ CORS_EXPOSED_HEADERS = (SESSION_HEADER.lower(), REPLAYED_HEADER.lower(), RETRY_A
 CORS_DEFAULT_MAX_AGE_SECONDS = 600
 
 
+def allowed_origins(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The origins ``CORS_ALLOW_ORIGIN`` names (comma-separated)."""
+    env = os.environ if environ is None else environ
+    return [origin.strip() for origin in (env.get("CORS_ALLOW_ORIGIN") or "").split(",") if origin.strip()]
+
+
+def allowed_origin(origin: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """``origin`` when a browser page there may read this API's answers (``*`` allows any), else None."""
+    origins = allowed_origins(environ)
+    if "*" in origins:
+        return "*"
+    return origin if origin and origin in origins else None
+
+
 def cors_config(environ: Mapping[str, str] | None = None) -> CORSConfig | None:
     """The CORS rules from ``CORS_ALLOW_ORIGIN`` (comma-separated origins); None when it names none."""
     env = os.environ if environ is None else environ
-    origins = [origin.strip() for origin in (env.get("CORS_ALLOW_ORIGIN") or "").split(",") if origin.strip()]
+    origins = allowed_origins(env)
     if not origins:
         return None
     return CORSConfig(

@@ -18,10 +18,13 @@ from picoflow.wire import IDEMPOTENCY_HEADER, REPLAYED_HEADER, RETRY_AFTER_HEADE
 
 MAX_IDEMPOTENCY_KEY_CHARS = 256
 
-#: An optional key of 1-256 printable ASCII characters (surrounding whitespace is ignored).
+#: A key of 1-256 printable ASCII characters (surrounding whitespace is ignored).
+IdempotencyKey = Annotated[
+    str, StringConstraints(strip_whitespace=True, pattern=f"^[ -~]{{1,{MAX_IDEMPOTENCY_KEY_CHARS}}}$")
+]
+#: The optional ``Idempotency-Key`` header holding one.
 IdempotencyKeyHeader = Annotated[
-    Annotated[str, StringConstraints(strip_whitespace=True, pattern=f"^[ -~]{{1,{MAX_IDEMPOTENCY_KEY_CHARS}}}$")]
-    | NoHeader,
+    IdempotencyKey | NoHeader,
     Header(
         alias=IDEMPOTENCY_HEADER,
         description="Makes a retried turn return the original response instead of running again.",

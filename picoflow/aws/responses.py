@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from picoflow import RunResponse
 from picoflow.aws.idempotency import retry_headers
-from picoflow.errors import public_message
+from picoflow.errors import RETRY_AFTER_SECONDS, public_message
 from picoflow.lifecycle import SESSION_ID_PATTERN
 from picoflow.wire import JSON, PLAIN_TEXT, SESSION_HEADER
 
@@ -50,6 +50,15 @@ def envelope(status_code: int, body: Any, session: str = "", headers: dict[str, 
     """A JSON response naming ``session`` (when there is one) in the ``CHAT_SESSION_ID`` header."""
     headers = {**(headers or {}), **({SESSION_HEADER: session} if session else {})}
     return Response(status_code=status_code, content_type=JSON, body=json.dumps(body), headers=headers)
+
+
+def outcome_unknown(request_id: str, session_id: str | None) -> RunResponse:
+    """The answer when the handler stops waiting for a turn whose save may still be under way."""
+    code = "SESSION_OUTCOME_UNKNOWN"
+    return RunResponse(
+        success=False, completed=False, message=public_message(code), session=session_id or "", error_code=code,
+        status_code=503, request_id=request_id, retry_after=RETRY_AFTER_SECONDS[code],
+    )
 
 
 def failure_body(code: str, session: str, request_id: str, message: str | None = None) -> dict[str, Any]:

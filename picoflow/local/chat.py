@@ -1,8 +1,8 @@
 """``picoflow chat FLOW``: a terminal client for the PicoFlow HTTP API.
 
-Each input line is one turn (``POST /ai/run``); the session id returned in the ``CHAT_SESSION_ID``
-header is sent back on the next turn. ``/end`` deletes the session (``POST /ai/end``), a blank line
-is ignored and end of input quits.
+Each input line is one turn (``POST /ai/run``), asked for as server-sent events so the reply is printed as
+the model writes it; the session id the turn reports is sent back on the next turn. ``/end`` deletes the
+session (``POST /ai/end``), a blank line is ignored and end of input quits.
 """
 
 from __future__ import annotations
@@ -12,15 +12,18 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from email.message import Message
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from picoflow.wire import JSON, SESSION_HEADER
 
 # A little above the function timeout, so the server's own error arrives before ours.
 REQUEST_TIMEOUT_SECONDS = 35.0
+EVENT_STREAM = "text/event-stream"
+#: Called with each event of a streamed turn (its name and JSON data) as it arrives.
+OnEvent = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass
@@ -31,6 +34,8 @@ class Reply:
     content_type: str
     text: str
     session: str | None
+    #: The turn came as a stream of events; ``text`` is its final event's envelope.
+    streamed: bool = False
 
     @property
     def envelope(self) -> dict[str, Any] | None:
@@ -62,15 +67,16 @@ class ChatClient:
         self.config = config
         self.session: str | None = None
 
-    def send(self, message: str, files: Sequence[str] = ()) -> Reply:
+    def send(self, message: str, files: Sequence[str] = (), on_event: OnEvent | None = None) -> Reply:
         """Run one turn (with the uploaded ``files``, by id); a completed session is forgotten so the next line
-        starts a new one."""
+        starts a new one. With ``on_event`` the turn is asked for as a stream and each event is passed to it
+        as it arrives (a refused request is still answered by one JSON reply)."""
         payload: dict[str, Any] = {"flowName": self.flow, "message": message}
         if files:
             payload["files"] = list(files)
         if self.session is None and self.config is not None:
             payload["config"] = self.config
-        reply = self._post("/ai/run", payload)
+        reply = self._post("/ai/run", payload, on_event)
         envelope = reply.envelope
         if envelope is not None and envelope.get("success") and envelope.get("completed"):
             self.session = None
@@ -105,15 +111,19 @@ class ChatClient:
         self.session = None
         return reply
 
-    def _post(self, route: str, payload: dict[str, Any] | None) -> Reply:
+    def _post(self, route: str, payload: dict[str, Any] | None, on_event: OnEvent | None = None) -> Reply:
         data = json.dumps(payload).encode("utf-8") if payload is not None else b""
         request = urllib.request.Request(self.base_url + route, data=data, method="POST")
         if payload is not None:
             request.add_header("Content-Type", JSON)
+        if on_event is not None:
+            request.add_header("Accept", EVENT_STREAM)
         if self.session:
             request.add_header(SESSION_HEADER, self.session)
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as response:
+                if on_event is not None and response.headers.get_content_type() == EVENT_STREAM:
+                    return _streamed_reply(response, on_event)
                 return _reply(response.status, response.headers, response.read())
         except urllib.error.HTTPError as error:
             with error:
@@ -132,6 +142,33 @@ def _reply(status: int, headers: Message, body: bytes) -> Reply:
         if isinstance(data, dict) and isinstance(data.get("session"), str):
             session = data["session"]
     return Reply(status=status, content_type=content_type, text=text, session=session or None)
+
+
+def read_events(stream: IO[bytes]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The server-sent events of ``stream`` as (name, JSON data) pairs, each as soon as its blank line arrives."""
+    name, data = "message", ""
+    for raw in stream:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if line.startswith("event:"):
+            name = line[len("event:"):].strip()
+        elif line.startswith("data:"):
+            data += line[len("data:"):].strip()
+        elif not line and data:
+            yield name, json.loads(data)
+            name, data = "message", ""
+
+
+def _streamed_reply(response: IO[bytes], on_event: OnEvent) -> Reply:
+    final: dict[str, Any] = {"success": False, "completed": False, "message": "The stream ended early.",
+                             "session": "", "code": "STREAM_ENDED"}
+    for name, data in read_events(response):
+        on_event(name, data)
+        if name in ("committed", "aborted"):
+            final = data
+            break
+    session = final.get("session")
+    return Reply(status=200, content_type=JSON, text=json.dumps(final),
+                 session=session if isinstance(session, str) and session else None, streamed=True)
 
 
 def chat(
@@ -176,14 +213,51 @@ def chat(
                     say(f"[could not end session {ended}: {envelope.get('message') or reply.text}]")
                 continue
             before = client.session
-            reply = client.send(text)
+            printer = _ReplyPrinter(stdout, flow)
+            reply = client.send(text, on_event=printer)
         except (urllib.error.URLError, OSError) as error:
             say(f"[cannot reach {client.base_url}: {getattr(error, 'reason', error)}]")
             return 1
-        _show(say, flow, reply, new_session=reply.session if reply.session != before else None)
+        printer.close(reply.streamed and bool((reply.envelope or {}).get("success")))
+        _show(say, flow, reply, new_session=reply.session if reply.session != before else None,
+              printed=printer.kept)
 
 
-def _show(say: Callable[[str], None], flow: str, reply: Reply, *, new_session: str | None) -> None:
+class _ReplyPrinter:
+    """Prints a streamed reply as it arrives; text taken back (``reset``) or never committed is marked so."""
+
+    def __init__(self, stdout: TextIO, flow: str) -> None:
+        self.stdout = stdout
+        self.flow = flow
+        self.open = False
+        #: Whether the committed reply was printed as it streamed (so it is not printed again).
+        self.kept = False
+
+    def __call__(self, name: str, data: dict[str, Any]) -> None:
+        if name == "delta":
+            if not self.open:
+                self.stdout.write(f"{self.flow}> ")
+                self.open = True
+            self.stdout.write(str(data.get("text", "")))
+            self.stdout.flush()
+        elif name == "reset" and self.open:
+            self._end(" [discarded]")
+
+    def close(self, committed: bool) -> None:
+        """End the reply's line: kept when the turn committed, else marked as not kept."""
+        if self.open:
+            self.kept = committed
+            self._end("" if committed else " [not kept]")
+
+    def _end(self, note: str) -> None:
+        self.stdout.write(note + "\n")
+        self.stdout.flush()
+        self.open = False
+
+
+def _show(
+    say: Callable[[str], None], flow: str, reply: Reply, *, new_session: str | None, printed: bool = False
+) -> None:
     if new_session:
         say(f"[session {new_session}]")
     envelope = reply.envelope
@@ -195,8 +269,11 @@ def _show(say: Callable[[str], None], flow: str, reply: Reply, *, new_session: s
         return
     if not envelope.get("success"):
         code = envelope.get("code")
-        say(f"[error {reply.status}{' ' + code if code else ''}] {envelope.get('message', '')}")
+        status = "aborted" if reply.streamed else f"error {reply.status}"
+        say(f"[{status}{' ' + code if code else ''}] {envelope.get('message', '')}")
         return
-    say(f"{flow}> {envelope.get('message', '')}")
+    if not printed:
+        message = envelope.get("message", "")
+        say(f"{flow}> {message if isinstance(message, str) else json.dumps(message)}")
     if envelope.get("completed"):
         say("[session completed; the next message starts a new one]")

@@ -15,6 +15,9 @@ from typing import Any
 from picoflow.aws.discovery import DEFAULT_FLOW_MODULES, FLOWS_VARIABLE
 
 LambdaHandler = Callable[[dict[str, Any], Any], Any]
+#: Runs a ``POST /ai/run`` event as a streamed turn, handing each event to its second argument; False (nothing
+#: handed over) when the request is to be refused by the handler instead.
+StreamTurn = Callable[[dict[str, Any], Callable[[Any], bool], Any], bool]
 
 DEFAULT_HANDLER = "handlers.api:lambda_handler"
 
@@ -39,3 +42,10 @@ def load_handler(spec: str | LambdaHandler = DEFAULT_HANDLER) -> LambdaHandler:
         raise ValueError(f"A handler is named MODULE:ATTR, e.g. {DEFAULT_HANDLER}; got {spec!r}.")
     use_working_directory()
     return getattr(importlib.import_module(module_name), attribute)
+
+
+def handler_streamer(handler: LambdaHandler) -> StreamTurn | None:
+    """The ``stream_turn`` its module offers beside ``handler`` (``picoflow.aws.api`` does), if any."""
+    module = sys.modules.get(getattr(handler, "__module__", "") or "")
+    streamer = getattr(module, "stream_turn", None)
+    return streamer if callable(streamer) else None

@@ -1,8 +1,10 @@
 """``picoflow serve``: a local HTTP server that feeds API Gateway v2 events to the Lambda handler.
 
 The no-Docker equivalent of ``sam local start-api``: every request becomes the event API Gateway
-would send, the handler runs in-process, and its proxy response is written back verbatim. ``picoflow serve``
-also serves a chat page and session inspector at ``/`` (see ``picoflow.local.inspector``), which the
+would send, the handler runs in-process, and its proxy response is written back verbatim. A ``POST /ai/run``
+that asks for ``Accept: text/event-stream`` is answered with the turn's events as server-sent events instead,
+each written as it happens (see ``picoflow.aws.streams``; on AWS a WebSocket API streams them).
+``picoflow serve`` also serves a chat page and session inspector at ``/`` (see ``picoflow.local.inspector``), which the
 Lambda function itself never has, and, with a local file store (``FILES_FOLDER``), the upload URLs that
 ``POST /ai/files`` hands out (``PUT /ai/uploads/<fileId>``), standing in for S3's presigned URLs.
 """
@@ -22,12 +24,17 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from picoflow.aws.apigw import FakeLambdaContext, http_event
+from picoflow.aws.cors import allowed_origin
 from picoflow.aws.discovery import DECISION_PROVIDERS_VARIABLE, FLOWS_VARIABLE
+from picoflow.events import TurnEvent
 from picoflow.files.local_store import LocalFileStore, store_upload_target
 from picoflow.local.inspector import Inspector, session_reader
-from picoflow.local.project import DEFAULT_HANDLER, LambdaHandler, load_handler
+from picoflow.local.project import DEFAULT_HANDLER, LambdaHandler, StreamTurn, handler_streamer, load_handler
 from picoflow.local.readiness import startup_warnings
 from picoflow.wire import JSON
+
+EVENT_STREAM = "text/event-stream"
+RUN_PATH = "/ai/run"
 
 # Where uploads go when neither FILES_BUCKET nor FILES_FOLDER says otherwise (beside the default SQLite file).
 DEFAULT_UPLOAD_FOLDER = "ignore/uploads"
@@ -68,9 +75,12 @@ class LambdaHTTPServer(ThreadingHTTPServer):
         lambda_handler: LambdaHandler,
         inspector: Inspector | None = None,
         uploads: LocalFileStore | None = None,
+        stream_turn: StreamTurn | None = None,
     ) -> None:
         super().__init__(address, _ProxyRequestHandler)
         self.lambda_handler = lambda_handler
+        #: Answers ``POST /ai/run`` with ``Accept: text/event-stream`` as server-sent events; None: always JSON.
+        self.stream_turn = stream_turn
         #: The local file store whose signed upload URLs this server accepts; None: no uploads.
         self.uploads = uploads
         #: The page and ``GET /ai/session``, answered before (and instead of) the handler; None: handler only.
@@ -157,6 +167,9 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
             self._send(status, {"content-type": [JSON]}, json.dumps({"status": status}).encode("utf-8"))
             return
         event = http_event(method, path, body=body, headers=headers, query=query, source_ip=client_ip)
+        streamed = method == "POST" and path == RUN_PATH and EVENT_STREAM in (self.headers.get("Accept") or "")
+        if streamed and self._stream_turn(event):
+            return
         try:
             with self.server.invoke_lock:
                 result = self.server.lambda_handler(event, FakeLambdaContext(timeout_ms=_function_timeout_ms()))
@@ -167,6 +180,42 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
             self._send(500, {"content-type": [JSON]}, _INTEGRATION_FAILURE)
             return
         self._send(status, response_headers, payload)
+
+    def _stream_turn(self, event: dict[str, Any]) -> bool:
+        """Answer a turn as server-sent events; False (nothing sent) for a request the handler must refuse."""
+        if self.server.stream_turn is None:
+            return False
+        started = False
+
+        def deliver(turn_event: TurnEvent) -> bool:
+            nonlocal started
+            if not started:
+                started = True
+                self._start_event_stream()
+            return self._send_event(turn_event)
+
+        return self.server.stream_turn(event, deliver, FakeLambdaContext(timeout_ms=_function_timeout_ms()))
+
+    def _start_event_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", EVENT_STREAM)
+        self.send_header("Cache-Control", "no-cache")
+        origin = allowed_origin(self.headers.get("Origin"))
+        if origin:
+            self.send_header("Access-Control-Allow-Origin", origin)
+            self.send_header("Vary", "Origin")
+        # No length is known in advance: the stream ends when the connection closes.
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _send_event(self, event: TurnEvent) -> bool:
+        try:
+            self.wfile.write(sse_frame(event))
+            self.wfile.flush()
+        except OSError:
+            return False
+        return True
 
     def _answer_locally(self, method: str, path: str) -> bool:
         # Outside the invoke lock: the inspector reads the session while a long turn is still running.
@@ -261,6 +310,11 @@ class _Truncated(Exception):
     """The client closed the connection before the whole body arrived."""
 
 
+def sse_frame(event: TurnEvent) -> bytes:
+    """One event as a server-sent event: its name, then its JSON data on one line."""
+    return f"event: {event.event}\ndata: {json.dumps(event.data)}\n\n".encode()
+
+
 def _translate_response(result: Any) -> tuple[int, dict[str, list[str]], bytes]:
     if not isinstance(result, dict) or "statusCode" not in result:
         # API Gateway treats any other return value as a 200 JSON body.
@@ -303,11 +357,12 @@ def make_server(
     the project's ``handlers.api:lambda_handler``), so configure the environment (``SESSION_STORE``,
     ``PICOFLOW_FLOWS`` ...) before calling this. ``inspector=True`` adds the chat page at ``/`` and
     ``GET /ai/session``, reading sessions through the handler module's ``read_session`` (pass an
-    ``Inspector`` to read them some other way).
+    ``Inspector`` to read them some other way). Turns are streamed as server-sent events when the handler's
+    module offers ``stream_turn`` (``picoflow.aws.api`` does).
     """
     handler = load_handler(handler)
     pages = Inspector(session_reader(handler)) if inspector is True else inspector or None
-    return LambdaHTTPServer((host, port), handler, pages, local_uploads())
+    return LambdaHTTPServer((host, port), handler, pages, local_uploads(), handler_streamer(handler))
 
 
 def local_uploads() -> LocalFileStore | None:

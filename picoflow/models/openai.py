@@ -180,7 +180,13 @@ class OpenAIProvider(ModelProvider):
                 setting=key_setting(env, endpoint.key_env),
             )
         base_url = self._base_url or env_value(env, endpoint.base_url_env)
-        options: dict[str, Any] = {"timeout": DEFAULT_TIMEOUT_SECONDS, **selection.params}
+        # A streamed reply asks for its usage (stream_options.include_usage), so streamed turns are counted too;
+        # LangChain would assume so only for OpenAI's own endpoint without a client of ours. The call's own
+        # timeout bounds a whole stream (a stall included), so LangChain's per-chunk timer, a task and a timer
+        # per chunk, is left off; the client's read timeout still catches a dead connection.
+        options: dict[str, Any] = {
+            "timeout": DEFAULT_TIMEOUT_SECONDS, "stream_usage": True, "stream_chunk_timeout": None, **selection.params
+        }
         # Imported here: the OpenAI client stack is slow to import and a Lambda cold start may not need it.
         if endpoint.kind == "azure":
             return self._azure_model(selection, api_key, base_url, env, options)
@@ -189,9 +195,6 @@ class OpenAIProvider(ModelProvider):
 
             if base_url:
                 options["base_url"] = base_url
-            else:
-                # OpenAI's own endpoint reports usage in streams (LangChain assumes so only without a client of ours).
-                options["stream_usage"] = True
             return _built(ChatOpenAI, model=selection.name, api_key=api_key, max_retries=CLIENT_RETRIES, **options)
         base_url = _with_bare_host_path(base_url or endpoint.default_base_url or "", endpoint.bare_host_path)
         return _built(
@@ -232,8 +235,6 @@ class OpenAIProvider(ModelProvider):
             )
         from langchain_openai import AzureChatOpenAI
 
-        # Azure's endpoint reports usage in streams (LangChain assumes so only without a client of ours).
-        options.setdefault("stream_usage", True)
         return _built(
             AzureChatOpenAI,
             model=selection.name,

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.ai import UsageMetadata
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,7 +31,7 @@ Reply = AIMessage | Mapping[str, Any]
 
 _REPLY_KEYS = frozenset(
     {"content", "tool_calls", "usage", "response_metadata", "refusal", "delay", "error", "status", "step", "tools",
-     "for"}
+     "for", "chunk_delay", "break_after"}
 )
 _USAGE_KEYS = frozenset(
     {"input_tokens", "output_tokens", "total_tokens", "input_token_details", "output_token_details"}
@@ -46,6 +47,10 @@ class ScriptedProvider(ModelProvider):
     ``refusal`` (a provider refusal text, carried in ``additional_kwargs`` as OpenAI does),
     ``delay`` (seconds to wait before answering) and ``error`` (a message to raise instead of answering, as a
     failure of HTTP status ``status``: 503 by default, which is retried; 400 or 401 are not).
+
+    Streamed (``astream``), a reply's text comes word by word, ``chunk_delay`` seconds apart after the first
+    (which comes after ``delay``), its tool calls, usage and metadata in a last chunk. An ``error`` reply with
+    ``break_after`` streams that many words of its ``content`` before failing.
 
     Every call has a purpose: ``chat`` (a step's reply), ``decision`` (a DecisionStep's questions, answered by a
     JSON object with one probability per option), ``summary`` (a memory compaction's rolling summary) or ``judge``
@@ -191,6 +196,21 @@ class ScriptedChatModel(BaseChatModel):
             await asyncio.sleep(turn.delay)
         return turn.result()
 
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        turn = self.provider._take(messages, _tool_names(kwargs.get("tools")), self.selection)
+        if turn.delay:
+            await asyncio.sleep(turn.delay)
+        for index, chunk in enumerate(turn.chunks()):
+            if index and turn.chunk_delay:
+                await asyncio.sleep(turn.chunk_delay)
+            yield chunk
+
     def bind_tools(
         self,
         tools: Sequence[Any],
@@ -229,12 +249,18 @@ class ScriptedChatModel(BaseChatModel):
         return self | RunnableLambda(parse_with_raw if include_raw else parse)
 
 
+# A streamed reply's pieces: each word with the whitespace before it.
+_PIECES = re.compile(r"\s*\S+|\s+")
+
+
 @dataclass(frozen=True)
 class _Turn:
     message: AIMessage | None
     error: str | None
     delay: float
     status: int = 503
+    chunk_delay: float = 0.0
+    break_after: int | None = None
 
     @classmethod
     def build(cls, reply: Reply, call_number: int, provider_name: str, model_name: str) -> _Turn:
@@ -243,8 +269,12 @@ class _Turn:
             message.tool_calls = _with_ids(message.tool_calls, call_number, provider_name)
             return cls(message=message, error=None, delay=0.0)
         delay = float(reply.get("delay") or 0)
+        chunk_delay = float(reply.get("chunk_delay") or 0)
         if reply.get("error") is not None:
-            return cls(message=None, error=str(reply["error"]), delay=delay, status=int(reply.get("status") or 503))
+            partial = AIMessage(content=str(reply.get("content") or ""))
+            return cls(message=None if reply.get("break_after") is None else partial, error=str(reply["error"]),
+                       delay=delay, status=int(reply.get("status") or 503), chunk_delay=chunk_delay,
+                       break_after=reply.get("break_after"))
         content = reply.get("content", "")
         if isinstance(content, dict):
             content = json.dumps(content)
@@ -262,12 +292,34 @@ class _Turn:
             response_metadata=metadata,
             additional_kwargs={"refusal": str(reply["refusal"])} if reply.get("refusal") else {},
         )
-        return cls(message=message, error=None, delay=delay)
+        return cls(message=message, error=None, delay=delay, chunk_delay=chunk_delay)
 
     def result(self) -> ChatResult:
-        if self.message is None:
+        if self.message is None or self.error is not None:
             raise ScriptedModelError(self.error, self.status)
         return ChatResult(generations=[ChatGeneration(message=self.message)])
+
+    def chunks(self) -> Iterator[ChatGenerationChunk]:
+        """The reply as a stream: its words, then its tool calls, usage and metadata (or the scripted error)."""
+        message = self.message
+        if message is None:
+            raise ScriptedModelError(self.error, self.status)
+        content = message.content
+        pieces = _PIECES.findall(content) if isinstance(content, str) else [content]
+        if self.error is not None:
+            for piece in pieces[: self.break_after]:
+                yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+            raise ScriptedModelError(self.error, self.status)
+        for piece in pieces:
+            yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+        calls = [
+            {"name": call["name"], "args": json.dumps(call["args"]), "id": call["id"], "index": index}
+            for index, call in enumerate(message.tool_calls)
+        ]
+        yield ChatGenerationChunk(message=AIMessageChunk(
+            content="", tool_call_chunks=calls, usage_metadata=message.usage_metadata,
+            response_metadata=message.response_metadata, additional_kwargs=message.additional_kwargs,
+        ))
 
 
 def _checked_reply(reply: Any, index: int) -> Reply:
@@ -293,6 +345,12 @@ def _checked_reply(reply: Any, index: int) -> Reply:
         raise PicoFlowError(f"{where} status must be an HTTP error status (400 to 599).")
     if status is not None and reply.get("error") is None:
         raise PicoFlowError(f"{where} sets a status without an error.")
+    chunk_delay = reply.get("chunk_delay")
+    if chunk_delay is not None and (not isinstance(chunk_delay, int | float) or chunk_delay < 0):
+        raise PicoFlowError(f"{where} chunk_delay must be a non-negative number of seconds.")
+    pieces = reply.get("break_after")
+    if pieces is not None and (reply.get("error") is None or not isinstance(pieces, int) or pieces < 0):
+        raise PicoFlowError(f"{where} break_after must be a word count given with an error.")
     if "step" in reply and (not isinstance(reply["step"], str) or not reply["step"]):
         raise PicoFlowError(f"{where} step must name the step the reply answers.")
     tools = reply.get("tools")

@@ -11,7 +11,7 @@ import contextlib
 import functools
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -73,7 +73,7 @@ from picoflow.step_tools import (
     tool_handler,
 )
 from picoflow.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition, handling
-from picoflow.turn import effects
+from picoflow.turn import effects, streaming
 
 MAX_HOPS_PER_TURN = 64
 # finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
@@ -161,6 +161,8 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         if step.id != prior:
             if flow.checkpoint_on_crossing and not execution_frames(flow):
                 await flow.checkpoint()
+            if flow.run_context.events is not None:
+                streaming.announce_step(flow, step)
             pending = step.on_crossing(pending, prior)
         prior = step.id
         # The namespace, read once per hop: handlers and nested steps append to the same live list.
@@ -199,6 +201,8 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         else:
             ai = outcome.ai.model_copy(update={"id": gen_message_id(step.id)})
             if ai.tool_calls and outcome.parsed is None:
+                if flow.run_context.events is not None:
+                    streaming.announce_tools(flow, ai)
                 tools = await dispatch_tools(flow, step, ai, offer)
                 # The call and its results are stored together, after whatever the handlers did: a nested
                 # child sharing this namespace must never send a tool call whose results are not there yet.
@@ -704,9 +708,12 @@ async def _attempts(
             if prepared.openable:
                 called = model.bind_tools([*tools, open_file_tool()])
         timeout = _attempt_timeout(policy_ms)
+        # Structured output arrives whole; a plain reply of the turn's own step streams to the client.
+        sink = streaming.reply_sink(flow, step) if schema is None and flow.run_context.events is not None else None
         try:
             with telemetry.model_call(selection, "chat", step.id, request) as traced:
-                output = traced.answered(await _invoke(called, request, timeout, signal, step.id))
+                call = called.ainvoke(request) if sink is None else streaming.streamed_call(called, request, sink)
+                output = traced.answered(await _invoke(call, timeout, signal, step.id))
         except TimeoutError as exc:
             limit = f"{timeout * 1000:.0f} ms"
             failure = _Failure("invocation_error", "timeout", f"the model call exceeded {limit}", attempt, exc)
@@ -765,20 +772,21 @@ async def _attempts(
     return failure
 
 
-async def _invoke(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any, step_id: str) -> Any:
-    """One model invocation, bounded by ``timeout`` and abandoned as soon as ``signal`` is cancelled."""
+async def _invoke(call: Coroutine[Any, Any, Any], timeout: float | None, signal: Any, step_id: str) -> Any:
+    """One model invocation (a whole stream, when streamed), bounded by ``timeout`` and abandoned as soon as
+    ``signal`` is cancelled."""
     limit = call_deadline.set(None if timeout is None else time.monotonic() + timeout)
     try:
         with model_call_for("chat", step_id):
-            return await _invoke_bounded(runnable, request, timeout, signal)
+            return await _invoke_bounded(call, timeout, signal)
     finally:
         call_deadline.reset(limit)
 
 
-async def _invoke_bounded(runnable: Any, request: list[BaseMessage], timeout: float | None, signal: Any) -> Any:
+async def _invoke_bounded(invocation: Coroutine[Any, Any, Any], timeout: float | None, signal: Any) -> Any:
     if signal is None:
-        return await asyncio.wait_for(runnable.ainvoke(request), timeout)
-    call = asyncio.ensure_future(runnable.ainvoke(request))
+        return await asyncio.wait_for(invocation, timeout)
+    call = asyncio.ensure_future(invocation)
     stop = asyncio.ensure_future(signal.wait())
     try:
         done, _ = await asyncio.wait({call, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

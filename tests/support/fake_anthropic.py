@@ -3,9 +3,10 @@ Anthropic's prompt-caching rule applied to the token usage it reports."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from tests.support.fake_openai import FakeOpenAIServer, reply_tokens
+from tests.support.fake_openai import FakeOpenAIServer, reply_tokens, text_pieces
 from tests.support.prompt_cache import MAX_POINTS, BlockPrefixCache, anthropic_blocks, too_many_points
 
 MESSAGES_PATH = "/v1/messages"
@@ -42,8 +43,31 @@ class FakeAnthropicServer(FakeOpenAIServer):
     path = MESSAGES_PATH
 
     def __init__(self, responses: list[dict[str, Any] | tuple[Any, ...]], *,
-                 cache: BlockPrefixCache | None = None) -> None:
-        super().__init__(responses, cache=cache)
+                 cache: BlockPrefixCache | None = None, chunk_delay: float = 0.0) -> None:
+        super().__init__(responses, cache=cache, chunk_delay=chunk_delay)
+
+    def stream_events(self, body: dict[str, Any], payload: dict[str, Any]) -> list[str]:
+        """The Messages API's server-sent events for ``payload``: text word by word, tool input as JSON deltas."""
+        usage = payload["usage"]
+        start = {**payload, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 0}}
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+        for index, block in enumerate(payload["content"]):
+            if block["type"] == "text":
+                events.append({"type": "content_block_start", "index": index,
+                               "content_block": {"type": "text", "text": ""}})
+                events += [{"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": p}}
+                           for p in text_pieces(block["text"])]
+            else:
+                events.append({"type": "content_block_start", "index": index,
+                               "content_block": {**block, "input": {}}})
+                events.append({"type": "content_block_delta", "index": index,
+                               "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}})
+            events.append({"type": "content_block_stop", "index": index})
+        # As the API does today, the closing delta reports the whole usage (input and cache counts included).
+        events.append({"type": "message_delta", "delta": {"stop_reason": payload["stop_reason"], "stop_sequence": None},
+                       "usage": usage})
+        events.append({"type": "message_stop"})
+        return [f"event: {event['type']}\ndata: {json.dumps(event)}\n\n" for event in events]
 
     def _problems(self, body: dict[str, Any]) -> list[str]:
         points = sum(b.point for b in anthropic_blocks(body))

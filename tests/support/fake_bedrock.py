@@ -1,19 +1,21 @@
 """Bedrock's Converse API answered inside botocore, for tests: scripted replies, recorded requests, and
 optionally Bedrock's prompt-caching rule applied to the token usage it reports.
 
-``FakeBedrock.attach(chat_model)`` registers a ``before-send`` handler on the model's boto3 client (botocore's
+``FakeBedrock.attach(chat_model)`` registers ``before-send`` handlers on the model's boto3 client (botocore's
 public event system): the signed request never leaves the process, and the handler's response is parsed by
-botocore as the service's own.
+botocore as the service's own. ConverseStream is answered in the binary event-stream framing botocore reads.
 """
 
 from __future__ import annotations
 
+import binascii
 import json
+import struct
 from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
-from tests.support.fake_openai import reply_tokens
+from tests.support.fake_openai import reply_tokens, text_pieces
 from tests.support.prompt_cache import BlockPrefixCache, bedrock_blocks
 
 
@@ -28,12 +30,46 @@ def converse_response(*, content: str | None = None, tool_calls: list[dict[str, 
     }
 
 
+def event_frame(event_type: str, payload: dict[str, Any]) -> bytes:
+    """One message of the AWS event-stream encoding: prelude, its CRC, string headers, JSON payload, CRC."""
+    headers = b""
+    for name, value in ((":event-type", event_type), (":content-type", "application/json"), (":message-type", "event")):
+        encoded = value.encode()
+        headers += bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(encoded)) + encoded
+    body = json.dumps(payload).encode()
+    prelude = struct.pack(">II", 12 + len(headers) + len(body) + 4, len(headers))
+    message = prelude + struct.pack(">I", binascii.crc32(prelude)) + headers + body
+    return message + struct.pack(">I", binascii.crc32(message))
+
+
+def converse_stream_frames(payload: dict[str, Any]) -> bytes:
+    """A Converse response as ConverseStream's events: text word by word, tool input whole, usage last."""
+    frames = [event_frame("messageStart", {"role": "assistant"})]
+    for index, block in enumerate(payload["output"]["message"]["content"]):
+        if "text" in block:
+            frames += [event_frame("contentBlockDelta", {"delta": {"text": piece}, "contentBlockIndex": index})
+                       for piece in text_pieces(block["text"])]
+        else:
+            use = block["toolUse"]
+            start = {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}
+            frames.append(event_frame("contentBlockStart", {"start": start, "contentBlockIndex": index}))
+            frames.append(event_frame("contentBlockDelta", {"delta": {"toolUse": {"input": json.dumps(use["input"])}},
+                                                            "contentBlockIndex": index}))
+        frames.append(event_frame("contentBlockStop", {"contentBlockIndex": index}))
+    frames.append(event_frame("messageStop", {"stopReason": payload["stopReason"]}))
+    frames.append(event_frame("metadata", {"usage": payload["usage"], "metrics": payload["metrics"]}))
+    return b"".join(frames)
+
+
 class _Raw:
     def __init__(self, data: bytes) -> None:
-        self._data = data
+        self.data = data
 
     def stream(self, **_: Any) -> Any:
-        yield self._data
+        yield self.data
+
+    def close(self) -> None:
+        """Nothing to release: the body is in memory."""
 
 
 class FakeBedrock:
@@ -52,9 +88,18 @@ class FakeBedrock:
         self.usages: list[dict[str, Any]] = []
 
     def attach(self, chat_model: Any) -> Any:
-        """Serve ``chat_model``'s Converse calls (a ``ChatBedrockConverse``); returns it."""
+        """Serve ``chat_model``'s Converse and ConverseStream calls (a ``ChatBedrockConverse``); returns it."""
         chat_model.client.meta.events.register("before-send.bedrock-runtime.Converse", self._send)
+        chat_model.client.meta.events.register("before-send.bedrock-runtime.ConverseStream", self._send_stream)
         return chat_model
+
+    def _send_stream(self, request: Any, **_: Any) -> AWSResponse:
+        answer = self._send(request)
+        if answer.status_code != 200:
+            return answer
+        payload = json.loads(answer.raw.data)
+        headers = {"Content-Type": "application/vnd.amazon.eventstream"}
+        return AWSResponse(request.url, 200, headers, _Raw(converse_stream_frames(payload)))
 
     def _send(self, request: Any, **_: Any) -> AWSResponse:
         data = request.body if isinstance(request.body, bytes) else (request.body or b"").encode()

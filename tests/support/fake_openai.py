@@ -4,6 +4,7 @@ optionally OpenAI's prompt-caching rule applied to the token usage it reports.""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,12 +62,26 @@ def reply_tokens(text: str | None, tool_calls: list[dict[str, Any]] | None = Non
     return count_tokens((text or "") + calls)
 
 
+def text_pieces(text: str | None) -> list[str]:
+    """``text`` as a model streams it: each word with the whitespace before it."""
+    return re.findall(r"\s*\S+|\s+", text or "")
+
+
 def completion_chunks(completion: dict[str, Any], *, usage: bool) -> list[dict[str, Any]]:
-    """A text-only chat.completion body as the chunks of a streamed answer, its usage last when asked for."""
+    """A chat.completion body as the chunks of a streamed answer: its text word by word, then its tool calls, then
+    the finish reason, and its usage last when asked for (``stream_options.include_usage``)."""
     choice = completion["choices"][0]
+    message = choice["message"]
     head = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
             "model": completion["model"]}
-    deltas = [({"role": "assistant", "content": choice["message"]["content"]}, None), ({}, choice["finish_reason"])]
+    deltas: list[tuple[dict[str, Any], str | None]] = [({"role": "assistant", "content": ""}, None)]
+    deltas += [({"content": piece}, None) for piece in text_pieces(message.get("content"))]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        deltas.append(({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                        "function": {"name": function["name"], "arguments": ""}}]}, None))
+        deltas.append(({"tool_calls": [{"index": index, "function": {"arguments": function["arguments"]}}]}, None))
+    deltas.append(({}, choice["finish_reason"]))
     chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]} for delta, reason in deltas]
     if usage:
         chunks.append({**head, "choices": [], "usage": completion["usage"]})
@@ -79,7 +94,8 @@ class FakeOpenAIServer:
     Each response is a body to return with status 200, or ``(status, body)`` or ``(status, body, headers)``, or a
     function of the request returning one of those, sent
     ``delay`` seconds after its
-    request arrived; a request asking for a stream gets a 200 body as server-sent chunks. ``requests`` holds the
+    request arrived; a request asking for a stream gets a 200 body as server-sent chunks, each flushed as it is
+    written, ``chunk_delay`` seconds apart (see ``stream_events``). ``requests`` holds the
     parsed JSON bodies received, ``sizes`` their sizes in bytes and ``headers`` their headers. With a ``cache``,
     each 200 body's usage is replaced by the request's tokens, the part the cache holds and the reply's tokens
     (and kept in ``usages``).
@@ -89,15 +105,18 @@ class FakeOpenAIServer:
     path = CHAT_COMPLETIONS_PATH
 
     def __init__(self, responses: list[dict[str, Any] | tuple[Any, ...]], *, delay: float = 0.0,
-                 cache: OpenAIPrefixCache | None = None) -> None:
+                 cache: OpenAIPrefixCache | None = None, chunk_delay: float = 0.0) -> None:
         self._responses = list(responses)
         self.delay = delay
+        self.chunk_delay = chunk_delay
         self.cache = cache
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         self.sizes: list[int] = []
         self.usages: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        #: For each streamed response, the ``time.monotonic()`` at which each of its events was written.
+        self.written: list[list[float]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         # A short poll interval keeps shutdown() quick at the end of each test.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -118,6 +137,12 @@ class FakeOpenAIServer:
 
     def _problems(self, body: dict[str, Any]) -> list[str]:
         return conversation_problems(body.get("messages") or [])
+
+    def stream_events(self, body: dict[str, Any], payload: dict[str, Any]) -> list[str]:
+        """The server-sent events that stream ``payload`` to a request asking for a stream."""
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        frames = [f"data: {json.dumps(chunk)}\n\n" for chunk in completion_chunks(payload, usage=usage)]
+        return [*frames, "data: [DONE]\n\n"]
 
     def _with_usage(self, body: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
         """``payload`` with the usage the cache rule gives for ``body`` (called in request order)."""
@@ -161,12 +186,26 @@ class FakeOpenAIServer:
                 status, payload, *extra = server._next(body, {k.lower(): v for k, v in self.headers.items()}, len(data))
                 time.sleep(server.delay)
                 if status == 200 and body.get("stream"):
-                    usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                    chunks = completion_chunks(payload, usage=usage)
-                    events = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks)
-                    self._send(200, "text/event-stream", (events + "data: [DONE]\n\n").encode())
+                    self._stream(server.stream_events(body, payload))
                     return
                 self._reply(status, payload, *extra)
+
+            def _stream(self, events: list[str]) -> None:
+                # No length: the stream ends when the connection closes (this handler speaks HTTP/1.0).
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                written: list[float] = []
+                server.written.append(written)
+                try:
+                    for index, event in enumerate(events):
+                        if index and server.chunk_delay:
+                            time.sleep(server.chunk_delay)
+                        self.wfile.write(event.encode())
+                        self.wfile.flush()
+                        written.append(time.monotonic())
+                except OSError:
+                    return  # the client stopped reading (a timed-out call): nothing to report
 
             def _reply(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 self._send(status, "application/json", json.dumps(payload).encode(), headers)

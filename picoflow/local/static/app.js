@@ -3,7 +3,8 @@
 // The chat talks to the same HTTP API as any other client (GET /ai/flows, POST /ai/run, POST /ai/end,
 // the session id in the CHAT_SESSION_ID header; attached files go through POST /ai/files and the upload
 // URL it answers, then their ids ride on the turn); the inspector reads the stored session document through
-// the local-only GET /ai/session after every turn.
+// the local-only GET /ai/session after every turn. Turns are asked for as server-sent events, so a reply is
+// shown as the model writes it; text the server takes back (`reset`) or never commits is marked as such.
 //
 // Safety rule for the whole file: model and user text only ever reaches the page as text nodes
 // (`append(string)`, `textContent`) or checked attribute values, never through innerHTML. The markdown
@@ -338,7 +339,11 @@
       // Read as bytes and shown from a blob: URL, so even an SVG image cannot run script.
       return el('img', { class: 'reply-image', src: URL.createObjectURL(await response.blob()), alt: `${type} reply` });
     }
-    const text = await response.text();
+    return textReply(type, await response.text());
+  }
+
+  /** A textual reply shown by its (lower-case, parameter-free) content type. */
+  function textReply(type, text) {
     if (type === 'application/json' || type.endsWith('+json')) {
       try {
         return jsonBlock(JSON.parse(text));
@@ -452,17 +457,24 @@
     try {
       const headers = { 'Content-Type': 'application/json' };
       if (state.session) headers[SESSION_HEADER] = state.session;
+      const runHeaders = { ...headers, Accept: 'text/event-stream' };
       const uploads = [];
       for (const file of files) uploads.push(await uploadFile(file, headers));
       const failed = uploads.find((upload) => upload.error);
       if (failed) throw new Error(failed.error);
       if (uploads.length) payload.files = uploads.map((upload) => upload.id);
       setStatus('Waiting for the flow…');
-      const response = await fetchWithTimeout('/ai/run', { method: 'POST', headers, body: JSON.stringify(payload) });
-      const returned = response.headers.get(SESSION_HEADER);
+      const response = await fetchWithTimeout('/ai/run', {
+        method: 'POST', headers: runHeaders, body: JSON.stringify(payload),
+      });
+      let returned = response.headers.get(SESSION_HEADER);
       const contentType = response.headers.get('Content-Type') || '';
-      pending.remove();
-      if (contentType.startsWith('application/json')) {
+      if (contentType.startsWith('text/event-stream')) {
+        const ended = await streamReply(response, pending);
+        completed = ended.completed;
+        returned = ended.session || returned;
+      } else if (contentType.startsWith('application/json')) {
+        pending.remove();
         const body = await response.clone().json().catch(() => null);
         if (body && typeof body === 'object' && 'success' in body) {
           completed = showEnvelope(response.status, body);
@@ -470,6 +482,7 @@
           botTurn(contentType, await replyContent(response, contentType));
         }
       } else {
+        pending.remove();
         // A step with its own content type answers with the raw message instead of the envelope.
         botTurn(contentType, await replyContent(response, contentType));
       }
@@ -495,15 +508,94 @@
     ui.message.focus();
   }
 
+  /** The server-sent events of a streamed turn, each as soon as its blank line has arrived. */
+  async function* serverEvents(response) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffered = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffered += decoder.decode(value, { stream: true });
+      let end;
+      while ((end = buffered.indexOf('\n\n')) >= 0) {
+        const frame = buffered.slice(0, end);
+        buffered = buffered.slice(end + 2);
+        let name = 'message';
+        let data = '';
+        for (const line of frame.split('\n')) {
+          if (line.startsWith('event:')) name = line.slice(6).trim();
+          else if (line.startsWith('data:')) data += line.slice(5).trim();
+        }
+        if (data) yield { name, data: JSON.parse(data) };
+      }
+    }
+  }
+
+  /** Marks a streamed bubble's text as not part of the reply (taken back, or its turn aborted). */
+  function discard(bubble, why) {
+    bubble.classList.remove('streaming');
+    bubble.classList.add('discarded');
+    bubble.querySelector('.who').textContent = `bot · ${why}`;
+  }
+
+  /** Shows a streamed turn as it arrives, in ``pending``'s place; returns the session and whether it completed. */
+  async function streamReply(response, pending) {
+    let live = null;
+    let final = null;
+    pending.remove();
+    for await (const event of serverEvents(response)) {
+      if (event.name === 'delta') {
+        if (!live) {
+          live = botTurn('text/plain', el('div', { class: 'text' }));
+          live.classList.add('streaming');
+        }
+        live.querySelector('.text').append(event.data.text);
+        ui.transcript.scrollTop = ui.transcript.scrollHeight;
+        setStatus('The flow is answering…');
+      } else if (event.name === 'reset') {
+        if (live) discard(live, 'discarded');
+        live = null;
+      } else if (event.name === 'step' || event.name === 'tool') {
+        setStatus(`${event.name === 'tool' ? 'Calling' : 'Entering'} ${event.data.name}…`);
+      } else if (event.name === 'committed' || event.name === 'aborted') {
+        final = event;
+        break;
+      }
+    }
+    if (!final) {
+      if (live) discard(live, 'not kept');
+      note('The stream ended before the turn did.', true);
+      return { session: null, completed: false };
+    }
+    const body = final.data;
+    let completed = false;
+    if (final.name === 'aborted') {
+      if (live) discard(live, 'not kept');
+      completed = showEnvelope(200, body);
+    } else if (live && typeof body.message === 'string' && (body.contentType || 'text/plain') === 'text/plain') {
+      // The streamed words are the committed reply: shown again as markdown, now that it is whole.
+      live.classList.remove('streaming');
+      live.querySelector('.text').replaceWith(renderMarkdown(body.message));
+      completed = Boolean(body.completed);
+    } else {
+      if (live) discard(live, 'discarded');
+      completed = showEnvelope(200, body);
+    }
+    return { session: body.session, completed };
+  }
+
   /** Shows a JSON envelope; returns whether the flow completed. */
   function showEnvelope(status, body) {
     if (!body.success) {
       const text = typeof body.message === 'string' ? body.message : JSON.stringify(body.message);
-      note(`Error ${status} ${body.code || ''}: ${text}`, true);
+      note(`${status === 200 ? 'Aborted' : `Error ${status}`} ${body.code || ''}: ${text}`, true);
       return false;
     }
     const contentType = body.contentType || 'text/plain';
-    const content = typeof body.message === 'string' ? renderMarkdown(body.message) : jsonBlock(body.message);
+    // A streamed turn's envelope carries a reply of any content type as text; a JSON answer's is plain text.
+    const type = contentType.split(';')[0].trim().toLowerCase();
+    const content = typeof body.message === 'string' ? textReply(type, body.message) : jsonBlock(body.message);
     botTurn(contentType, content);
     return Boolean(body.completed);
   }

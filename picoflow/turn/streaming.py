@@ -1,0 +1,76 @@
+"""A streamed model call: the reply's text goes to the turn's event sink as the model writes it.
+
+Only the executing top-level step's plain-text replies stream; nested children, parallel workers and structured
+output answer as a whole. The loop decides what the reply is; this module only shows it early, and takes back
+(``reset``) what turns out not to be the reply: text before a tool call, or a partial answer whose call failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, message_chunk_to_message
+
+from picoflow.events import EventSink
+from picoflow.messages import content_text
+from picoflow.run_context import execution_frames, worker_view
+from picoflow.step import Step
+from picoflow.wire import PLAIN_TEXT
+
+
+def turn_sink(flow: Any) -> EventSink | None:
+    """The sink of the streamed turn ``flow`` runs, unless this task runs a nested child or a parallel worker."""
+    sink: EventSink | None = flow.run_context.events
+    if sink is None or execution_frames(flow) or worker_view(flow) is not None:
+        return None
+    return sink
+
+
+def reply_sink(flow: Any, step: Step) -> EventSink | None:
+    """Where ``step``'s model call streams its text: only a top-level step replying in plain text streams."""
+    return turn_sink(flow) if step.content_type == PLAIN_TEXT else None
+
+
+def announce_step(flow: Any, step: Step) -> None:
+    """Tell a streaming client that the turn moved to ``step``."""
+    sink = turn_sink(flow)
+    if sink is not None:
+        sink.progress("step", step.id)
+
+
+def announce_tools(flow: Any, ai: AIMessage) -> None:
+    """Tell a streaming client which tools the model called (names only): any text it showed was not the reply."""
+    sink = turn_sink(flow)
+    if sink is not None:
+        sink.reset()
+        for call in ai.tool_calls:
+            sink.progress("tool", call["name"])
+
+
+async def streamed_call(runnable: Any, request: list[BaseMessage], sink: EventSink) -> AIMessage:
+    """One model call through LangChain's ``astream``, its text sent to ``sink`` piece by piece.
+
+    The chunks are merged into the message ``ainvoke`` would have returned (usage, finish reason and tool calls
+    included). A call that fails part-way takes back what it showed.
+    """
+    # A new call's text replaces whatever an earlier call of this turn showed.
+    sink.reset()
+    chunks: list[AIMessageChunk] = []
+    calling = False
+    try:
+        async for chunk in runnable.astream(request):
+            chunks.append(chunk)
+            # Once the model turns to a tool, its words so far were not the reply, nor are any that follow.
+            calling = calling or bool(chunk.tool_call_chunks)
+            if calling:
+                sink.reset()
+            else:
+                sink.delta(content_text(chunk.content))
+    except BaseException:
+        sink.reset()
+        raise
+    if not chunks:
+        return AIMessage(content="")
+    # Merged once at the end: merging chunk by chunk would copy the growing message at every chunk.
+    message = message_chunk_to_message(chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0])
+    return message if isinstance(message, AIMessage) else AIMessage(content=message.content)

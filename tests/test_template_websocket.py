@@ -1,0 +1,90 @@
+"""template.yaml's optional WebSocket API (EnableWebSocketApi): off by default, its routes, connect authorizer,
+function, permissions and output. cfn-lint over the whole template runs in tests/test_template.py."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cfnlint.decode import cfn_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+WEBSOCKET_TYPES = ("AWS::ApiGatewayV2::", "AWS::Serverless::Function", "AWS::Logs::LogGroup", "AWS::Lambda::Permission")
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return cfn_yaml.load(str(ROOT / "template.yaml"))
+
+
+@pytest.fixture(scope="module")
+def resources(template: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in template["Resources"].items() if name.startswith("WebSocket")}
+
+
+def test_the_websocket_api_is_off_unless_enabled(template, resources):
+    parameter = template["Parameters"]["EnableWebSocketApi"]
+    assert parameter["Default"] == "false" and parameter["AllowedValues"] == ["true", "false"]
+    assert template["Conditions"]["HasWebSocketApi"] == {"Fn::Equals": [{"Ref": "EnableWebSocketApi"}, "true"]}
+    assert {"WebSocketApi", "WebSocketFunction", "WebSocketStage", "WebSocketInvokePermission"} <= set(resources)
+    for name, resource in resources.items():
+        assert resource["Type"].startswith(WEBSOCKET_TYPES), name
+        assert resource["Condition"] in ("HasWebSocketApi", "HasWebSocketAuthorizer"), name
+    assert template["Outputs"]["WebSocketUrl"]["Condition"] == "HasWebSocketApi"
+    assert template["Outputs"]["WebSocketUrl"]["Value"]["Fn::Sub"].startswith("wss://${WebSocketApi}.")
+
+
+def test_every_route_reaches_the_function_and_only_connect_is_authorized(resources):
+    api = resources["WebSocketApi"]["Properties"]
+    assert api["ProtocolType"] == "WEBSOCKET"
+    routes = {r["Properties"]["RouteKey"]: r["Properties"] for r in resources.values()
+              if r["Type"] == "AWS::ApiGatewayV2::Route"}
+    assert set(routes) == {"$connect", "$disconnect", "$default"}
+    for route in routes.values():
+        assert route["Target"] == {"Fn::Sub": "integrations/${WebSocketIntegration}"}
+    assert routes["$connect"]["AuthorizationType"] == {"Fn::If": ["HasWebSocketAuthorizer", "CUSTOM", "NONE"]}
+    assert "AuthorizationType" not in routes["$default"]
+    integration = resources["WebSocketIntegration"]["Properties"]
+    assert integration["IntegrationType"] == "AWS_PROXY"
+    assert "${WebSocketFunction.Arn}" in integration["IntegrationUri"]["Fn::Sub"]
+
+
+def test_the_connect_authorizer_uses_the_http_apis_jwt_settings(template, resources):
+    assert template["Conditions"]["HasWebSocketAuthorizer"] == {
+        "Fn::And": [{"Condition": "HasWebSocketApi"}, {"Condition": "HasJwtAuthorizer"}]
+    }
+    authorizer = resources["WebSocketAuthorizer"]
+    assert authorizer["Condition"] == "HasWebSocketAuthorizer"
+    props = authorizer["Properties"]
+    assert props["AuthorizerType"] == "REQUEST"
+    assert props["IdentitySource"] == ["route.request.querystring.token"]
+    env = resources["WebSocketFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["JWT_ISSUER"] == {"Ref": "JwtIssuer"} and env["JWT_AUDIENCE"] == {"Ref": "JwtAudience"}
+
+
+def test_the_function_runs_the_websocket_handler_on_the_same_sessions(template, resources):
+    function = resources["WebSocketFunction"]
+    props = function["Properties"]
+    module, _, attribute = props["Handler"].rpartition(".")
+    assert callable(getattr(importlib.import_module(module), attribute))
+    assert props["Timeout"] < 29
+    api_env = template["Resources"]["ApiFunction"]["Properties"]["Environment"]["Variables"]
+    env = props["Environment"]["Variables"]
+    for name in ("SESSION_STORE", "SESSION_TABLE", "SESSION_TTL_SECONDS", "PICOFLOW_FLOWS", "FILES_BUCKET",
+                 "OPENAI_API_KEY_PARAMETER"):
+        assert env[name] == api_env[name], name
+    assert function["Metadata"]["BuildMethod"] == "makefile"
+    assert re.search(r"^build-WebSocketFunction:", (ROOT / "Makefile").read_text(encoding="utf-8"), re.MULTILINE)
+
+
+def test_the_function_may_post_to_its_own_apis_connections_only(resources):
+    (statements,) = [policy["Statement"] for policy in resources["WebSocketFunction"]["Properties"]["Policies"]]
+    (post,) = [s for s in statements if s["Action"] == "execute-api:ManageConnections"]
+    assert post["Resource"]["Fn::Sub"].endswith(":${WebSocketApi}/live/POST/@connections/*")
+    assert resources["WebSocketStage"]["Properties"]["StageName"] == "live"
+    permission = resources["WebSocketInvokePermission"]["Properties"]
+    assert permission["Principal"] == "apigateway.amazonaws.com"
+    assert permission["SourceArn"]["Fn::Sub"].endswith(":${WebSocketApi}/*")
