@@ -32,6 +32,8 @@ import pytest
 
 from picoflow.aws.requests import FileUploadRequest, RunRequest
 from picoflow.aws.responses import EndEnvelope, TurnEnvelope
+from picoflow.aws.streams import StreamedTurn
+from picoflow.aws.websocket import read_message
 from picoflow.errors import public_message
 from picoflow.local.scenario import Scenario
 from picoflow.models.scripted import ScriptedProvider
@@ -88,6 +90,11 @@ def _envelope_failure(data: Any) -> None:
     assert envelope.message == public_message(envelope.code), public_message(envelope.code)
 
 
+def _websocket_message(data: Any) -> None:
+    turn = read_message(json.dumps(data))
+    assert isinstance(turn, StreamedTurn), f"the WebSocket handler refuses it: {turn}"
+
+
 #: What a json block's title may say, and the check the code that reads such JSON would make.
 JSON_KINDS: dict[str, Callable[[Any], Any]] = {
     "POST /ai/run request": RunRequest.model_validate,
@@ -100,6 +107,7 @@ JSON_KINDS: dict[str, Callable[[Any], Any]] = {
     "Conversation": _conversation,
     "Scenario": Scenario.model_validate,
     "Session document": SessionDoc.model_validate,
+    "WebSocket message": _websocket_message,
 }
 
 
