@@ -30,7 +30,7 @@ HOST_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 HOST_PLATFORMS = f"manylinux2014_{platform.machine()} manylinux_2_28_{platform.machine()}"
 # The Lambda Python runtime's own copy of the AWS SDK, which the build leaves out.
 RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer")
-BUNDLED_FLOWS = ["BasicFlow", "HomeInsuranceQuoteFlow", "HotelFlow", "InvoiceFlow"]
+BUNDLED_FLOWS = ["BasicFlow", "HomeInsuranceQuoteFlow", "HotelFlow", "InvoiceFlow", "SupportFlow"]
 
 # What the function's process runs: the template's Handler, called with the event, its answer written to a file.
 INVOKE = """
@@ -64,11 +64,12 @@ def lambda_runtime(base: Path) -> Path:
 
 
 def function_of(template_path: Path) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The HTTP API's function (``ApiFunction``; the template may also hold the WebSocket API's)."""
     template = cfn_yaml.load(str(template_path))
-    ((logical_id, resource),) = [
-        (key, value) for key, value in template["Resources"].items() if value["Type"] == "AWS::Serverless::Function"
-    ]
-    return logical_id, resource["Properties"], template.get("Parameters", {})
+    functions = {key: value for key, value in template["Resources"].items()
+                 if value["Type"] == "AWS::Serverless::Function"}
+    logical_id = "ApiFunction" if "ApiFunction" in functions else next(iter(functions))
+    return logical_id, functions[logical_id]["Properties"], template.get("Parameters", {})
 
 
 def resolved(value: Any, parameters: dict[str, Any]) -> str:
