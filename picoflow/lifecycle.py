@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import enum
 import json
 import re
 import time
@@ -70,8 +71,14 @@ SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 FORCE_COMPACTION_RATIO = 0.8
 # Time kept for the save when optional work (memory compaction) runs near the deadline.
 SAVE_RESERVE_SECONDS = 1.0
-# A read-back that could not tell what is stored (no time left, or the store failed again).
-_UNREADABLE: Any = object()
+
+
+class _ReadBack(enum.Enum):
+    # A read-back that could not tell what is stored (no time left, or the store failed again).
+    UNREADABLE = "unreadable"
+
+
+_UNREADABLE = _ReadBack.UNREADABLE
 
 
 @dataclass(frozen=True)
@@ -381,7 +388,7 @@ async def settle(
             return RunResponse.failure(exc, doc.id, turn.request_id)
         # The session is gone (deleted while the turn ran): this write can never land.
         return RunResponse.failure(SessionConflictError(doc.id), doc.id, turn.request_id)
-    if stored is not _UNREADABLE:
+    if isinstance(stored, SessionDoc):
         if stored.write_id == doc.write_id:
             _log.info("Session write confirmed by reading it back", extra={"requestId": turn.request_id})
             return response
@@ -397,7 +404,7 @@ async def settle(
     )
 
 
-async def read_back(store: SessionStore, session_id: str) -> SessionDoc | None:
+async def read_back(store: SessionStore, session_id: str) -> SessionDoc | _ReadBack | None:
     """The stored session, None when there is none, ``_UNREADABLE`` when it cannot be read in time."""
     budget = read_back_budget()
     if budget <= 0:
@@ -432,8 +439,10 @@ def keep_receipt(doc: SessionDoc, turn: TurnRequest, response: RunResponse) -> N
 async def abort(store: SessionStore, flow: Flow, doc: SessionDoc, exc: Exception, turn: TurnRequest) -> RunResponse:
     """A defect in flow code: end the session as ``aborted`` (unless the flow keeps it) and say so."""
     # Framework checks on flow code raise plain PicoFlowErrors: to a client they are the same defect.
-    plain = not isinstance(exc, PicoFlowError) or exc.code == PicoFlowError.code
-    failure = PicoFlowError(str(exc), code="TURN_FAILED") if plain else exc
+    if isinstance(exc, PicoFlowError) and exc.code != PicoFlowError.code:
+        failure = exc
+    else:
+        failure = PicoFlowError(str(exc), code="TURN_FAILED")
     response = RunResponse.failure(failure, doc.id, turn.request_id, cause=exc)
     if flow.keep_session_on_error:
         return response
@@ -482,7 +491,7 @@ class CompactionResult:
 def _tool_call_ids(message: BaseMessage) -> list[str]:
     if not isinstance(message, AIMessage):
         return []
-    return [call["id"] for call in message.tool_calls if call.get("id")]
+    return [call_id for call in message.tool_calls if (call_id := call.get("id"))]
 
 
 def choose_cut(messages: Sequence[BaseMessage], recent_messages: int) -> int:
@@ -582,8 +591,9 @@ def build_summary_request(
     for message in (*context, *summarised):
         if isinstance(message, AIMessage):
             for call in message.tool_calls:
-                if call.get("id"):
-                    tool_names[call["id"]] = call["name"]
+                call_id = call.get("id")
+                if call_id:
+                    tool_names[call_id] = call["name"]
     previous = (previous_summary or "").strip() or "(none yet)"
     request = (
         f"Current summary:\n{previous}\n\n"
@@ -649,9 +659,10 @@ async def delete(store: SessionStore, locks: SessionLocks, session_id: str, call
                 # A corrupted document cannot be read, but ending it is exactly what its owner wants.
                 await before_deadline(store.delete(session_id))
                 return {"success": True, "session": session_id}
-            if visible(doc, caller) is None:
+            owned = visible(doc, caller)
+            if owned is None:
                 raise SessionNotFoundError("No session with this id belongs to the caller.")
-            await before_deadline(store.delete(session_id, doc.revision))
+            await before_deadline(store.delete(session_id, owned.revision))
     except Exception as exc:  # noqa: BLE001 - deletion reports failures instead of raising
         failure = exc if isinstance(exc, PicoFlowError) else PicoFlowError(str(exc))
         _log.warning("Session delete failed", extra={"code": failure.code, "errorType": type(exc).__name__})

@@ -17,7 +17,7 @@ from picoflow.flow import Flow
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.step import Step
 from picoflow.step_registry import collect_steps
-from picoflow.step_tools import group_handlers, offered_tool_names, tool_handler
+from picoflow.step_tools import class_of, group_handlers, offered_tool_names, tool_handler
 from picoflow.transitions import step_name
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def _check_initial_step(flow: Flow) -> None:
 
 
 def _check_handlers(flow: Flow, step: Step) -> None:
-    grouped = {name for names in group_handlers(type(step)) for name in names}
+    grouped = {name for names in group_handlers(class_of(step)) for name in names}
     for name in offered_tool_names(step):
         if tool_handler(step, name) is None and name not in grouped:
             raise PicoFlowError(

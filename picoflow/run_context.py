@@ -24,11 +24,15 @@ from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem
 from picoflow.state import TRANSIENT_KEY, read_path
 
 if TYPE_CHECKING:
+    from picoflow.decision import DecisionProvider
+    from picoflow.decision_step import DecisionStep
     from picoflow.events import EventSink
     from picoflow.models.registry import ProviderRegistry
-    from picoflow.parallel import CancellationSignal
+    from picoflow.parallel import CancellationSignal, ParallelBatchResult
     from picoflow.session.journal import TurnJournal
     from picoflow.step import Step
+    from picoflow.step_tools import ToolSpec
+    from picoflow.transitions import Transition
     from picoflow.turn.parallel import WorkerView
 
 
@@ -135,12 +139,12 @@ class TurnServices:
     """
 
     providers: ProviderRegistry
-    decision_providers: Mapping[str, Any]
+    decision_providers: Mapping[str, DecisionProvider]
     retry_delay: float
     model_loop: Callable[[Any, str | None], Awaitable[Any]]
     run_child: Callable[[Any, Any, str | None], Awaitable[Any]]
-    run_steps: Callable[..., Awaitable[Any]]
-    decide: Callable[[Any], Awaitable[Any]]
+    run_steps: Callable[..., Awaitable[ParallelBatchResult]]
+    decide: Callable[[DecisionStep], Awaitable[Transition]]
     #: Saves the session through the engine's save path (compaction, size checks, the conditional write).
     save: Callable[[], Awaitable[None]]
     #: Runs the first turn of a new session of a registered flow.
@@ -162,8 +166,8 @@ class RunContext:
         #: The flow context (``get_context``): the request config under ``config`` and what flows add.
         self.values: dict[str, Any] = {}
         #: Registered steps and the flow-wide tool registry (``ToolSpec``s), by name.
-        self.steps: dict[str, Any] = {}
-        self.tools: dict[str, Any] = {}
+        self.steps: dict[str, Step] = {}
+        self.tools: dict[str, ToolSpec] = {}
         #: Each registered step's durable state (and its ``_transient`` part), by step id.
         self.states: dict[str, dict[str, Any]] = {}
         #: Models stored for steps that had their own; a session keeps the models it started with.
@@ -201,7 +205,7 @@ class RunContext:
             raise PicoFlowError("The flow is not running a turn.")
         return self.services
 
-    def require_tool(self, name: str, flow_id: str) -> Any:
+    def require_tool(self, name: str, flow_id: str) -> ToolSpec:
         spec = self.tools.get(name)
         if spec is None:
             raise PicoFlowError(f"Tool '{name}' is not defined in flow '{flow_id}'.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,7 +24,15 @@ from picoflow.recovery import (
 )
 from picoflow.session.document import format_timestamp, validate_namespace
 from picoflow.state import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path
-from picoflow.step_tools import InvalidToolArguments, ToolSpec, journaled_key, tool, tools, typed_tool_specs
+from picoflow.step_tools import (
+    InvalidToolArguments,
+    ToolSpec,
+    class_of,
+    journaled_key,
+    tool,
+    tools,
+    typed_tool_specs,
+)
 from picoflow.transitions import Transition, direct, direct_result, direct_to, finish, go, handled_tool_call, stay
 from picoflow.wire import PLAIN_TEXT
 
@@ -119,7 +128,7 @@ class Step:
         docstring as the description and its annotation as the schema. An override that declares more
         ``ToolSpec``s keeps those with ``[*super().define_tools(), ...]``.
         """
-        return list(typed_tool_specs(type(self)))
+        return list(typed_tool_specs(class_of(self)))
 
     def use_tools(self) -> list[str]:
         """Names of tools to expose without a decorated handler here."""
@@ -279,7 +288,7 @@ class Step:
     def gen_message_id(self) -> str:
         return gen_message_id(self)
 
-    def tool_idempotency_key(self, call: dict[str, Any] | None = None) -> str:
+    def tool_idempotency_key(self, call: Mapping[str, Any] | None = None) -> str:
         """A stable key for the tool call being handled (in a ``@tools`` handler, pass one of its calls): hand it to
         payment, booking or ticketing APIs so that a repeated call is recognised instead of applied twice.
 

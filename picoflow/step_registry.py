@@ -10,6 +10,7 @@ from picoflow.errors import PicoFlowError
 from picoflow.step_tools import (
     NoArguments,
     ToolSpec,
+    class_of,
     exposed_order,
     group_handlers,
     offered_tool_names,
@@ -78,7 +79,7 @@ def collect_steps(flow: Any) -> None:
     context.steps = steps
     declarations = [ToolDeclaration(spec, "the flow's define_tools()") for spec in flow.define_tools()]
     for step in steps.values():
-        derived = set(typed_tool_specs(type(step)))
+        derived = set(typed_tool_specs(class_of(step)))
         source = f"step '{step.id}'"
         declarations += [ToolDeclaration(spec, source, spec in derived) for spec in step.define_tools()]
     context.tools = tool_registry(declarations, flow.id)
@@ -96,7 +97,7 @@ def collect_steps(flow: Any) -> None:
 def _refuse_chat_features(step: Any, declared: list[Any]) -> None:
     """Refuse tools and structured output on a step that answers without a chat model (a decision step)."""
     features = []
-    if declared or step.use_tools() or exposed_order(type(step)) or group_handlers(type(step)):
+    if declared or step.use_tools() or exposed_order(class_of(step)) or group_handlers(class_of(step)):
         features.append("tools")
     if step.struct_output_schema() is not None:
         features.append("struct_output_schema()")

@@ -10,7 +10,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
@@ -21,6 +21,8 @@ from picoflow.validation import validation_problems
 _TOOL_ATTR = "__picoflow_tool__"
 _GROUP_ATTR = "__picoflow_tools__"
 _EFFECT_ATTR = "__picoflow_effect__"
+
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
 
 # The journal keys of the effect calls whose handler runs in this task, by tool call id.
 _effect_keys: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
@@ -92,17 +94,28 @@ class NoArguments(BaseModel):
 @lru_cache(maxsize=512)
 def _parameters_schema(schema: type[BaseModel]) -> dict[str, Any]:
     # Converting a model is slow and the model class never changes, so convert it once per class.
-    return convert_to_openai_tool(schema)["function"]["parameters"]
+    parameters: dict[str, Any] = convert_to_openai_tool(schema)["function"]["parameters"]
+    return parameters
 
 
-def tool(arg: Callable[..., Any] | str | None = None, *, effect: bool = False) -> Any:
+@overload
+def tool(arg: _Handler, *, effect: bool = False) -> _Handler: ...
+
+
+@overload
+def tool(arg: str | None = None, *, effect: bool = False) -> Callable[[_Handler], _Handler]: ...
+
+
+def tool(
+    arg: Callable[..., Any] | str | None = None, *, effect: bool = False
+) -> Callable[..., Any] | Callable[[_Handler], _Handler]:
     """Expose and handle a tool: bare ``@tool`` uses the method name, ``@tool("name")`` an explicit one.
 
     ``@tool(effect=True)`` (or ``@tool("name", effect=True)``) marks a handler that changes the world outside the
     session: it runs once per turn, however often the turn is retried (see ``ToolSpec``).
     """
 
-    def mark(func: Callable[..., Any], name: str) -> Callable[..., Any]:
+    def mark(func: _Handler, name: str) -> _Handler:
         if not callable(func) or isinstance(func, (staticmethod, classmethod)):
             raise PicoFlowError("@tool can only decorate Step instance methods.")
         setattr(func, _TOOL_ATTR, name)
@@ -117,7 +130,7 @@ def tool(arg: Callable[..., Any] | str | None = None, *, effect: bool = False) -
     return lambda func: mark(func, arg.strip() if arg else func.__name__)
 
 
-def tools(names: Iterable[str], *, effect: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def tools(names: Iterable[str], *, effect: bool = False) -> Callable[[_Handler], _Handler]:
     """Handle one exact set of tool names returned together; the handler receives the list of calls.
 
     ``effect=True`` journals the group handler's outcome like an effect ``@tool``'s.
@@ -133,7 +146,7 @@ def tools(names: Iterable[str], *, effect: bool = False) -> Callable[[Callable[.
             raise PicoFlowError(f"@tools cannot declare tool '{name}' more than once.")
         seen.add(name)
 
-    def mark(func: Callable[..., Any]) -> Callable[..., Any]:
+    def mark(func: _Handler) -> _Handler:
         if not callable(func) or isinstance(func, (staticmethod, classmethod)):
             raise PicoFlowError("@tools can only decorate Step instance methods.")
         setattr(func, _GROUP_ATTR, frozenset(names))
@@ -165,6 +178,12 @@ def effect_keys(keys: Mapping[str, str]) -> Iterator[None]:
 def journaled_key(call_id: str) -> str | None:
     """The journal key of the effect call ``call_id`` whose handler runs in this task, if it is one."""
     return (_effect_keys.get() or {}).get(call_id)
+
+
+def class_of(obj: object) -> type:
+    """``type(obj)``, typed as the plain ``type`` the per-class caches below take: mypy does not see that a
+    ``type[X]`` is hashable (python/mypy#11470)."""
+    return type(obj)
 
 
 @lru_cache(maxsize=1024)
@@ -275,7 +294,7 @@ def offered_names(cls: type, use_tools: Iterable[str], mcp_offers: Iterable[Any]
 
 def tool_handler(step: Any, name: str) -> Any:
     """The bound handler of one tool on ``step``: its ``@tool`` method first, then a same-named method, else None."""
-    method = decorated_tools(type(step)).get(name)
+    method = decorated_tools(class_of(step)).get(name)
     if method is not None:
         return getattr(step, method)
     candidate = getattr(step, name, None)
@@ -284,5 +303,5 @@ def tool_handler(step: Any, name: str) -> Any:
 
 def group_handler(step: Any, names: set[str]) -> Any:
     """The ``@tools`` group handler of ``step`` that handles exactly ``names``, else None."""
-    method = group_handlers(type(step)).get(frozenset(names))
+    method = group_handlers(class_of(step)).get(frozenset(names))
     return getattr(step, method) if method else None

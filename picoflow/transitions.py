@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,13 +22,13 @@ if TYPE_CHECKING:
 # The step whose tool handler runs in this task (stay() and direct() need it) and the individual call it
 # handles (None inside a group handler).
 _handling_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar("picoflow_handling_step", default=None)
-_handled_call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+_handled_call: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
     "picoflow_handled_tool_call", default=None
 )
 
 
 @contextlib.contextmanager
-def handling(step: Step, call: dict[str, Any] | None) -> Iterator[None]:
+def handling(step: Step, call: Mapping[str, Any] | None) -> Iterator[None]:
     """Mark a handler of ``step`` (a tool handler for ``call`` when it handles a single one, or a decision hook)
     as running in the block: ``stay()`` and ``direct()`` answer for that step."""
     step_token = _handling_step.set(step)
@@ -45,7 +45,7 @@ def handling_step() -> Step | None:
     return _handling_step.get()
 
 
-def handled_tool_call() -> dict[str, Any] | None:
+def handled_tool_call() -> Mapping[str, Any] | None:
     """The tool call whose individual handler is running, if any."""
     return _handled_call.get()
 

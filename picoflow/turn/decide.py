@@ -113,7 +113,8 @@ def _facts(step: DecisionStep) -> dict[str, Any]:
             f"{owner} cannot set {', '.join(reserved)}: the framework fills these in from the conversation."
         )
     _check_json(facts, owner)
-    return json.loads(json.dumps(facts))
+    copied: dict[str, Any] = json.loads(json.dumps(facts))
+    return copied
 
 
 def _provider(runtime: TurnServices, selection: Any) -> DecisionProvider:

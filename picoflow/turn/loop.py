@@ -61,7 +61,7 @@ from picoflow.recovery import (
 from picoflow.results import RunResponse
 from picoflow.run_context import cancellation_signal, ensure_top_level, execution_frames
 from picoflow.state import PROMPT_KEY
-from picoflow.step import Step
+from picoflow.step import LogicStep, Step
 from picoflow.step_registry import collect_steps
 from picoflow.step_tools import (
     InvalidToolArguments,
@@ -170,20 +170,23 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         memory = space.messages
 
         if step.is_logic():
+            if not isinstance(step, LogicStep):
+                raise PicoFlowError(f"Step '{step.id}': is_logic() is True only for a LogicStep; subclass LogicStep.")
             handover = pending or HumanMessageEx(step.id, f"{CONTINUE_PREFIX}{step.id}", origin="framework")
             memory.append(handover)
             transition = as_transition(await step.run_logic())
             if transition is None:
                 raise PicoFlowError(f"Logic step '{step.id}' must return a step or a transition.")
-            answers = transition.message is not None and is_direct(transition.message)
+            message = transition.message
+            answer_now = message if message is not None and is_direct(message) else None
             # A direct answer ends the turn, so a logic step may keep the cursor with one; anything else would loop.
-            if transition.step == step.id and not answers:
+            if transition.step == step.id and answer_now is None:
                 raise PicoFlowError(
                     f"Logic step '{step.id}' must move the cursor to another step or answer with direct_to(...)."
                 )
             await apply_transition(flow, transition)
-            if answers:
-                return _deliver_direct(flow, transition)
+            if answer_now is not None:
+                return _deliver_direct(flow, answer_now, transition.finish)
             pending = transition.message
             continue
 
@@ -234,15 +237,14 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
         await apply_transition(flow, transition)
         pending = transition.message
         if pending is not None and is_direct(pending):
-            return _deliver_direct(flow, transition)
+            return _deliver_direct(flow, pending, transition.finish)
     raise PicoFlowError(f"Flow '{flow.id}' moved between steps more than {MAX_HOPS_PER_TURN} times in one turn.")
 
 
-def _deliver_direct(flow: Flow, transition: Transition) -> str:
-    if transition.finish:
+def _deliver_direct(flow: Flow, message: BaseMessage, finish: bool) -> str:
+    if finish:
         flow.mark_completed()
     step = _executing_step(flow)
-    message = transition.message
     if message.id is None:
         # finish(text) made outside a handler (possibly once, for reuse): a copy belongs to the step that finished
         message = message.model_copy(update={"id": gen_message_id(step.id)})
@@ -297,7 +299,7 @@ class _ToolOutcome:
     result: DirectResult | None = None
 
 
-async def _call_handler(step: Step, handler: Any, argument: Any, call: dict[str, Any] | None = None) -> Any:
+async def _call_handler(step: Step, handler: Any, argument: Any, call: Mapping[str, Any] | None = None) -> Any:
     with handling(step, call):
         # A tool without arguments is handled by ``async def show_table(self)``.
         result = handler() if takes_no_arguments(getattr(handler, "__func__", handler)) else handler(argument)
@@ -312,10 +314,8 @@ async def _run_handler(flow: Flow, step: Step, handler: Any, calls: list[dict[st
     return await run()
 
 
-def _handler_route(step: Step, handler: Any, result: Any) -> Transition | None:
-    """A tool handler's answer as a transition; None (no transition) only for None itself."""
-    if result is None:
-        return None
+def _handler_route(step: Step, handler: Any, result: Any) -> Transition:
+    """A tool handler's answer (other than None, which routes nowhere) as a transition."""
     transition = as_transition(result)
     if transition is None:
         where = f"Tool handler '{type(step).__name__}.{getattr(handler, '__name__', handler)}'"
@@ -350,7 +350,8 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall
     group = group_handler(step, {call["name"] for call in calls})
     if group is not None:
         checked = [(call, _checked_args(flow, call)) for call in calls]
-        if any(isinstance(args, ValidationError) for _, args in checked):
+        valid = [(call, args) for call, args in checked if not isinstance(args, ValidationError)]
+        if len(valid) < len(checked):
             # The group handler owns the whole batch, so nothing runs until every call is valid.
             for call, args in checked:
                 if isinstance(args, ValidationError):
@@ -360,7 +361,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall
                         step, call, "Not run: another call in this batch had invalid arguments.", status="error"
                     ))
             return outcome
-        validated = [{**call, "args": _as_dict(args)} for call, args in checked]
+        validated = [{**call, "args": _as_dict(args)} for call, args in valid]
         run_group = functools.partial(_call_handler, step, group, validated)
         returned = await _run_handler(flow, step, group, validated, run_group)
         if isinstance(returned, DirectResult):
@@ -410,10 +411,10 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall
             outcome.result = _worker_result(flow, step, returned)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
             continue
-        transition = _handler_route(step, handler, returned)
-        if transition is None:
+        if returned is None:
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
             continue
+        transition = _handler_route(step, handler, returned)
         await apply_transition(flow, transition)
         outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
         if transition.message is not None:
@@ -423,7 +424,7 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall
     return outcome
 
 
-async def _dispatch_offered(flow: Flow, step: Step, call: dict[str, Any], ran: ToolCallOutcome,
+async def _dispatch_offered(flow: Flow, step: Step, call: Mapping[str, Any], ran: ToolCallOutcome,
                             outcome: _ToolOutcome) -> None:
     """An MCP tool the step offers, answered: a same-named handler of the step gets the server's result."""
     handler = tool_handler(step, call["name"]) if ran.result is not None else None
@@ -438,11 +439,11 @@ async def _dispatch_offered(flow: Flow, step: Step, call: dict[str, Any], ran: T
         outcome.result = _worker_result(flow, step, returned)
         outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
         return
-    transition = _handler_route(step, handler, returned)
-    if transition is None:
+    if returned is None:
         # The handler only looked: the model reads the server's result (or the fixed sentence on a failure).
         outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
         return
+    transition = _handler_route(step, handler, returned)
     await apply_transition(flow, transition)
     outcome.messages.append(_tool_message(step, call, transition.tool or ran.content))
     if transition.message is not None:
@@ -480,7 +481,7 @@ def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult
     return result
 
 
-def _checked_args(flow: Flow, call: dict[str, Any]) -> dict[str, Any] | BaseModel | ValidationError:
+def _checked_args(flow: Flow, call: Mapping[str, Any]) -> dict[str, Any] | BaseModel | ValidationError:
     """The call's arguments validated against its tool schema (the model instance), or the validation error."""
     spec = flow.get_tool(call["name"])
     raw = call.get("args") or {}
@@ -503,12 +504,12 @@ def _handler_argument(handler: Any, args: dict[str, Any] | BaseModel) -> Any:
     return args if wanted is not None and isinstance(args, wanted) else _as_dict(args)
 
 
-def _tool_message(step: Step, call: dict[str, Any], content: str, status: str = "success") -> ToolMessageEx:
+def _tool_message(step: Step, call: Mapping[str, Any], content: str, status: str = "success") -> ToolMessageEx:
     return ToolMessageEx(step.id, content, call.get("id") or "", name=call["name"], status=status)
 
 
 async def _refuse_arguments(
-    flow: Flow, step: Step, call: dict[str, Any], error: ValidationError, outcome: _ToolOutcome
+    flow: Flow, step: Step, call: Mapping[str, Any], error: ValidationError, outcome: _ToolOutcome
 ) -> ToolMessageEx:
     """The tool result for a call with invalid arguments: the step's own feedback, or the default one."""
     invalid = InvalidToolArguments(name=call["name"], args=dict(call.get("args") or {}), error=error)
@@ -715,7 +716,8 @@ async def _attempts(
                 call = called.ainvoke(request) if sink is None else streaming.streamed_call(called, request, sink)
                 output = traced.answered(await _invoke(call, timeout, signal, step.id))
         except TimeoutError as exc:
-            limit = f"{timeout * 1000:.0f} ms"
+            # Without a turn deadline or call policy the timeout is the provider's own.
+            limit = "its time limit" if timeout is None else f"{timeout * 1000:.0f} ms"
             failure = _Failure("invocation_error", "timeout", f"the model call exceeded {limit}", attempt, exc)
             flow.logger.warn("model attempt timed out", step=step.id, attempt=attempt)
         except ParallelCancelledError:
@@ -756,7 +758,8 @@ async def _attempts(
                                    last_response=parsed if parsed is not None else ai)
                 continue
             return ModelOutcome(ai=ai, parsed=parsed)
-        if attempt < budget:
+        # Only an invocation that raised gets here: the other failures went on to the next attempt above.
+        if attempt < budget and failure.error is not None:
             context = LlmAttemptErrorContext(
                 step_id=step.id,
                 provider=selection.provider,

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from enum import Enum
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,6 +24,7 @@ from picoflow.errors import (
     ParallelExecutionError,
     ParallelMutationError,
     ParallelStateConflictError,
+    PicoFlowError,
 )
 from picoflow.flow import Flow
 from picoflow.memory import Memory, Namespace
@@ -54,8 +55,11 @@ async def run_child(flow: Flow, target: type[Step] | str, user_message: str | No
     Inside a parallel worker this is a one-child atomic barrier, so the child stays isolated too.
     """
     if worker_view(flow) is not None:
+        parent = flow.get_executing_step()
+        if parent is None:
+            raise PicoFlowError(f"Flow '{flow.id}': run_step() in a parallel worker needs the step that calls it.")
         batch = await run_batch(
-            flow.get_executing_step(),
+            parent,
             [RunStepRequest(step=target, user_message=user_message)],
             failure_policy="atomic",
         )
@@ -101,6 +105,8 @@ class ReadOnlyView:
     """A read-through view of shared data handed to a worker; writes are refused and recorded."""
 
     __slots__ = ("_scope", "_target")
+    _scope: WorkerView
+    _target: Any
 
     def __init__(self, target: Any, scope: WorkerView) -> None:
         object.__setattr__(self, "_target", target)
@@ -141,7 +147,7 @@ class ReadOnlyView:
         return item in self._target
 
     def __eq__(self, other: Any) -> bool:
-        return self._target == (other._target if isinstance(other, ReadOnlyView) else other)
+        return bool(self._target == (other._target if isinstance(other, ReadOnlyView) else other))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -161,12 +167,14 @@ class WorkerMemory(Memory):
         self.summary_namespaces = set(source.summary_namespaces)
 
     def namespace(self, name: str) -> Namespace:
+        # Only namespaces: a worker's memory never loads stored documents.
         space = self._spaces.get(name)
-        if space is None:
-            validate_namespace(name)
-            inherited = name in self._source.names()
-            space = copy.deepcopy(self._source.namespace(name)) if inherited else Namespace()
-            self._spaces[name] = space
+        if isinstance(space, Namespace):
+            return space
+        validate_namespace(name)
+        inherited = name in self._source.names()
+        space = copy.deepcopy(self._source.namespace(name)) if inherited else Namespace()
+        self._spaces[name] = space
         return space
 
     def names(self) -> list[str]:
@@ -175,7 +183,7 @@ class WorkerMemory(Memory):
     def _refuse(self, *_args: Any, **_kwargs: Any) -> NoReturn:
         self._scope.refuse("A run_steps() worker cannot replace or reconfigure the flow memory.")
 
-    set_summary_model = set_summary_config = enable_summary = load = _refuse  # type: ignore[assignment]
+    set_summary_model = set_summary_config = enable_summary = load = _refuse
 
 
 class Budget:
@@ -231,7 +239,8 @@ class WorkerView:
         return self.private_memory
 
     def session_doc(self, doc: SessionDoc) -> SessionDoc:
-        return read_only(doc, self)
+        # The read-only view stands in for the document: reads pass through, writes are refused.
+        return cast(SessionDoc, read_only(doc, self))
 
     def step_state(self, step: Step, key: str | None) -> Any:
         # A copy of the snapshot: the worker must never reach the live state of another step.
@@ -343,7 +352,7 @@ class _Branch:
         self.status, self.error = "rejected", error
 
     def result(self) -> BranchResult:
-        status = "fulfilled" if self.status == "fulfilled" else "rejected"
+        status: Literal["fulfilled", "rejected"] = "fulfilled" if self.status == "fulfilled" else "rejected"
         return BranchResult(self.index, self.key, self.registered.id, status, self.output, self.error)
 
 
