@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import json
 import os
 import threading
@@ -28,7 +29,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -36,6 +37,10 @@ from picoflow.deadline import time_left
 from picoflow.errors import PicoFlowError
 from picoflow.logger import library_log
 from picoflow.mcp_transport import ReadLimit, bounded_http_client, bounded_stdio
+
+if TYPE_CHECKING:
+    from mcp.client import Client
+    from mcp.types import ListToolsResult
 
 #: Seconds a server gets for one operation (connecting included) unless its declaration says otherwise.
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -51,8 +56,6 @@ DEFAULT_MAX_TOOLS = 128
 DEFAULT_MAX_DESCRIPTION_BYTES = 8_192
 #: Seconds a server whose tools could not be listed stays out of steps' offers before it is asked again.
 OFFER_RETRY_SECONDS = 10.0
-#: SSM is read while a turn waits for its first connect: bounded so a stalled SSM cannot eat the turn.
-SSM_CONFIG = {"connect_timeout": 2, "read_timeout": 3, "retries": {"mode": "standard", "total_max_attempts": 2}}
 #: What the model reads when an offered tool's server fails: a fixed sentence, never the server's words.
 UNAVAILABLE_TOOL_FEEDBACK = (
     "The service behind this tool is unavailable right now. Tell the user it could not be reached "
@@ -208,7 +211,7 @@ _ssm_lock = threading.Lock()
 def ssm_parameter(name: str) -> str:
     """The decrypted value of the SSM parameter ``name``, read once per container (process) and then kept.
 
-    Read with boto3's SSM client under ``SSM_CONFIG`` (short timeouts, two attempts); the value is never logged.
+    Read with boto3's SSM client under short timeouts and two attempts; the value is never logged.
     """
     # One lock for every read: concurrent first connects wait for a single GetParameter instead of each sending one.
     with _ssm_lock:
@@ -216,7 +219,9 @@ def ssm_parameter(name: str) -> str:
             import boto3
             from botocore.config import Config
 
-            client = boto3.client("ssm", config=Config(**SSM_CONFIG))
+            # SSM is read while a turn waits for its first connect: bounded so a stalled SSM cannot eat the turn.
+            config = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2})
+            client = boto3.client("ssm", config=config)
             _ssm_values[name] = client.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]
         return _ssm_values[name]
 
@@ -345,7 +350,7 @@ class _Connection:
     def __init__(self, spec: MCPServerSpec, headers: Mapping[str, str]) -> None:
         self.spec = spec
         self.headers = headers
-        self.client: Any = None
+        self.client: Client | None = None
         self.tools: dict[str, Any] | None = None
         self.limit = ReadLimit(spec.max_result_bytes)
         self._ready = asyncio.Event()
@@ -379,7 +384,7 @@ class _Connection:
         if self.client is None:
             raise MCPUnavailableError(self.spec.name, None, "unreachable")
 
-    async def run(self, operation: Callable[[Any], Awaitable[T]], ends: float) -> T:
+    async def run(self, operation: Callable[[Client], Awaitable[T]], ends: float) -> T:
         """``operation(client)`` bounded by ``ends``; ``_Lost`` when the session ends under it."""
         client = self.client
         if client is None:
@@ -430,7 +435,7 @@ def _answer(call: asyncio.Future[T]) -> T:
 
 
 async def _open_client(spec: MCPServerSpec, headers: Mapping[str, str], limit: ReadLimit,
-                       stack: contextlib.AsyncExitStack) -> Any:
+                       stack: contextlib.AsyncExitStack) -> Client:
     from mcp.client import Client
 
     if spec.url is not None:
@@ -567,9 +572,9 @@ async def list_tools(spec: MCPServerSpec) -> dict[str, Any]:
     async def listing(connection: _Connection, ends: float) -> dict[str, Any]:
         if connection.tools is None:
             found: dict[str, Any] = {}
-            cursor = None
+            cursor: str | None = None
             while True:
-                page = await connection.run(lambda client, c=cursor: client.list_tools(cursor=c), ends)
+                page = await connection.run(functools.partial(_tools_page, cursor=cursor), ends)
                 found.update({tool.name: tool for tool in page.tools})
                 if len(found) > spec.max_tools:
                     library_log.warning("MCP server lists more tools than max_tools; none is offered",
@@ -593,6 +598,10 @@ def _describable(spec: MCPServerSpec, tool: Any) -> bool:
                         extra={"mcpServer": spec.name, "mcpTool": tool.name, "bytes": size,
                                "maxDescriptionBytes": spec.max_description_bytes})
     return False
+
+
+async def _tools_page(client: Client, cursor: str | None) -> ListToolsResult:
+    return await client.list_tools(cursor=cursor)
 
 
 async def call_tool(

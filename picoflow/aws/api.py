@@ -14,7 +14,8 @@ import json
 import os
 import time
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -64,6 +65,8 @@ __all__ = ["app", "lambda_handler", "openapi_schema", "read_session", "stream_tu
 
 API_TITLE = "PicoFlow API"
 API_VERSION = "1.0.0"
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 app = APIGatewayHttpResolver(cors=cors_config(), enable_validation=True, json_body_deserializer=parse_json_body)
 
@@ -155,7 +158,7 @@ def open_file_upload(
     return envelope(200, ticket.model_dump(by_alias=True), echoable(session_id))
 
 
-def _take_files(request: RunRequest, session_id: str | None, request_id: str) -> TakenFiles | Response:
+def _take_files(request: RunRequest, session_id: str | None, request_id: str) -> TakenFiles | Response[str]:
     """The turn's files, checked (the engine stores inline ones once the turn may run); or the refusal."""
     runtime = get_runtime()
     store = runtime.engine.file_store
@@ -171,7 +174,7 @@ def _take_files(request: RunRequest, session_id: str | None, request_id: str) ->
         return _file_failure(exc, session_id, request_id)
 
 
-def _file_failure(error: Exception, session_id: str | None, request_id: str) -> Response:
+def _file_failure(error: Exception, session_id: str | None, request_id: str) -> Response[str]:
     if isinstance(error, FileRefusedError):
         logger.info("Files refused", extra={"code": error.code, "statusCode": error.status_code})
         return failure(error.status_code, error.code, session_id or "", request_id)
@@ -195,8 +198,9 @@ def end_session(
     session: EndedSessionHeader = None, session_hyphenated: EndedSessionHeaderHyphenated = None
 ) -> Response[str]:
     session_id = session or session_hyphenated
-    if echoable(session_id):
-        correlate(session_id)
+    named = echoable(session_id)
+    if named:
+        correlate(named)
     runtime = get_runtime()
     ending = runtime.engine.delete_session(session_id, deadline=turn_deadline(app.lambda_context), caller=_caller())
     try:
@@ -234,39 +238,50 @@ if (os.environ.get("PICOFLOW_SWAGGER") or "").lower() == "true":
 
 def openapi_schema() -> dict[str, Any]:
     """The OpenAPI document of this API, as Powertools derives it from the routes and models."""
-    return json.loads(app.get_openapi_json_schema(title=API_TITLE, version=API_VERSION))
+    schema: dict[str, Any] = json.loads(app.get_openapi_json_schema(title=API_TITLE, version=API_VERSION))
+    return schema
 
 
-@app.exception_handler(RequestValidationError)
-def refuse_invalid(error: RequestValidationError) -> Response:
+def _handles(exc_class: type[Exception] | list[type[Exception]]) -> Callable[[Handler], Handler]:
+    """``app.exception_handler``, typed: Powertools registers the handler and hands it back unchanged."""
+
+    def register(handler: Handler) -> Handler:
+        app.exception_handler(exc_class)(handler)
+        return handler
+
+    return register
+
+
+@_handles(RequestValidationError)
+def refuse_invalid(error: RequestValidationError) -> Response[str]:
     # Powertools reads form and multipart bodies too; their fields never make a valid turn.
     content_type = app.current_event.headers.get("content-type") or JSON
     return _refuse(refusal(error.errors()) if content_type.startswith(JSON) else NOT_JSON)
 
 
-@app.exception_handler(RequestUnsupportedContentType)
-def refuse_unsupported(_: RequestUnsupportedContentType) -> Response:
+@_handles(RequestUnsupportedContentType)
+def refuse_unsupported(_: RequestUnsupportedContentType) -> Response[str]:
     return _refuse(NOT_JSON)
 
 
-@app.exception_handler([UnicodeDecodeError, binascii.Error])
-def refuse_undecodable(_: ValueError) -> Response:
+@_handles([UnicodeDecodeError, binascii.Error])
+def refuse_undecodable(_: ValueError) -> Response[str]:
     # Raised while Powertools decodes the body: bad base64, or bytes that are not UTF-8.
     return _refuse(UNDECODABLE_BODY)
 
 
 @app.not_found
-def not_found(_: NotFoundError) -> Response:
+def not_found(_: NotFoundError) -> Response[str]:
     return failure(404, "NOT_FOUND", _named_session(), _request_id())
 
 
-@app.exception_handler(Exception)
-def internal_error(_: Exception) -> Response:
+@_handles(Exception)
+def internal_error(_: Exception) -> Response[str]:
     logger.exception("Unhandled error")
     return failure(500, "INTERNAL_ERROR", _named_session(), _request_id())
 
 
-def _refuse(refused: Refusal) -> Response:
+def _refuse(refused: Refusal) -> Response[str]:
     logger.info("Request refused", extra={"code": refused.code, "statusCode": refused.status_code})
     return failure(refused.status_code, refused.code, _named_session(), _request_id(), message=refused.message)
 

@@ -10,7 +10,7 @@ import base64
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -114,7 +114,7 @@ class FakeLambdaContext(LambdaContext):
     """A Lambda context for invoking a handler outside Lambda: a Powertools ``LambdaContext`` whose fields are set
     here (Powertools' ``Logger.inject_lambda_context`` and the handler read them as in Lambda).
 
-    ``get_remaining_time_in_millis`` counts down from construction to ``timeout_ms``.
+    ``get_remaining_time_in_millis()`` counts down from ``timeout_ms`` at construction, never below zero.
     """
 
     function_name: str = "picoflow-api"
@@ -129,7 +129,8 @@ class FakeLambdaContext(LambdaContext):
     tenant_id: str | None = None
     identity: Any = None
     client_context: Any = None
-    _deadline: float = field(init=False, repr=False)
+    # An instance attribute, not a method: Powertools declares this a staticmethod, which cannot see the deadline.
+    get_remaining_time_in_millis: Callable[[], int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.aws_request_id:
@@ -140,11 +141,8 @@ class FakeLambdaContext(LambdaContext):
             self.log_group_name = f"/aws/lambda/{self.function_name}"
         if not self.log_stream_name:
             self.log_stream_name = f"{datetime.now(UTC):%Y/%m/%d}/[{self.function_version}]{uuid.uuid4().hex}"
-        self._deadline = time.monotonic() + self.timeout_ms / 1000
-
-    def get_remaining_time_in_millis(self) -> int:
-        """Milliseconds left before this invocation's deadline (never negative)."""
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        self.get_remaining_time_in_millis = lambda: max(0, int((deadline - time.monotonic()) * 1000))
 
 
 def _merge_headers(headers: HeaderInput) -> dict[str, str]:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, Transition, stay, tool
 from picoflow.aws.api import app
@@ -171,7 +171,8 @@ def _dry_turn(message: str, session: str | None) -> str:
     response = app.resolve(http_event("POST", "/ai/run", body=body, headers=headers), FakeLambdaContext())
     if response["statusCode"] != 200:
         raise RuntimeError(f"priming turn answered {response['statusCode']}: {json.loads(response['body'])['code']}")
-    return json.loads(response["body"])["session"]
+    answered: str = json.loads(response["body"])["session"]
+    return answered
 
 
 def prime_clients(runtime: Runtime) -> None:
@@ -186,6 +187,8 @@ def prime_clients(runtime: Runtime) -> None:
     models = []
     for name in engine.get_flow_names():
         flow_cls = engine.get_flow(name)
+        if flow_cls is None:
+            continue
         try:
             models += [engine.providers.chat_model(selection) for selection in model_selections(flow_cls)]
         except Exception as exc:  # noqa: BLE001 - the flow's first turn reports what cannot be built
@@ -222,8 +225,9 @@ async def _offline_openai_call() -> None:
     try:
         async with httpx.AsyncClient() as client:
             model = ChatOpenAI(
-                model="gpt-4o-mini", api_key="priming-offline", base_url=f"http://127.0.0.1:{port}/v1",
-                http_async_client=client, max_retries=0, timeout=STUBBED_TIMEOUT_SECONDS,
+                model_name="gpt-4o-mini", openai_api_key=SecretStr("priming-offline"),
+                openai_api_base=f"http://127.0.0.1:{port}/v1", http_async_client=client, max_retries=0,
+                request_timeout=STUBBED_TIMEOUT_SECONDS,
             )
             await model.bind_tools([GreetArgs]).ainvoke([("system", "Greet."), ("human", "Hi")])
     finally:

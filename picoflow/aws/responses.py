@@ -46,7 +46,7 @@ def echoable(session: str | None) -> str:
     return session if session and SESSION_ID_PATTERN.fullmatch(session) else ""
 
 
-def envelope(status_code: int, body: Any, session: str = "", headers: dict[str, str] | None = None) -> Response:
+def envelope(status_code: int, body: Any, session: str = "", headers: dict[str, str] | None = None) -> Response[str]:
     """A JSON response naming ``session`` (when there is one) in the ``CHAT_SESSION_ID`` header."""
     headers = {**(headers or {}), **({SESSION_HEADER: session} if session else {})}
     return Response(status_code=status_code, content_type=JSON, body=json.dumps(body), headers=headers)
@@ -77,13 +77,13 @@ def failure(
     headers: dict[str, str] | None = None,
     *,
     message: str | None = None,
-) -> Response:
+) -> Response[str]:
     """A failure response for a request that names ``session`` (echoed only when well-formed)."""
     session = echoable(session)
     return envelope(status_code, failure_body(code, session, request_id, message), session, headers)
 
 
-def turn_response(result: RunResponse) -> Response:
+def turn_response(result: RunResponse) -> Response[str]:
     """The response of a turn: the envelope, or a non-plain step's raw message with its content type."""
     headers = retry_headers(result)
     if not result.success:

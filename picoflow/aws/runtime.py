@@ -13,7 +13,7 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from picoflow import FlowEngine
 from picoflow.aws.discovery import (
@@ -28,10 +28,10 @@ from picoflow.files.policy import FilePolicy
 from picoflow.models.factory import default_registry
 from picoflow.session.factory import store_from_env
 
-# The key is read before the first turn: bounded so a stalled SSM cannot eat that turn's time.
-SSM_TIMEOUTS = {"connect_timeout": 2, "read_timeout": 3, "retries": {"mode": "standard", "total_max_attempts": 2}}
 # The store is local (SQLite or memory) or DynamoDB: a read for the local inspector that takes longer fails.
 SESSION_READ_TIMEOUT_SECONDS = 10.0
+
+T = TypeVar("T")
 
 
 class Runtime:
@@ -52,7 +52,7 @@ class Runtime:
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="picoflow-engine-loop", daemon=True).start()
 
-    def call(self, coroutine: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+    def call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coroutine`` on the engine's loop; ``TimeoutError`` (and the task cancelled) after ``timeout``."""
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         try:
@@ -122,13 +122,17 @@ def read_openai_key(parameter_name: str) -> str | None:
     from aws_lambda_powertools.utilities.parameters import SSMProvider
     from botocore.config import Config
 
+    # The key is read before the first turn: bounded so a stalled SSM cannot eat that turn's time.
+    config = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2})
     try:
-        return SSMProvider(boto_config=Config(**SSM_TIMEOUTS)).get(parameter_name, decrypt=True)
+        value = SSMProvider(boto_config=config).get(parameter_name, decrypt=True)
     except Exception as exc:  # noqa: BLE001 - a missing key must not take down routes that need none
         logger.error(
             "Cannot read the OpenAI key parameter", extra={"parameter": parameter_name, "error": type(exc).__name__}
         )
         return None
+    # Without a transform the provider hands back the parameter's text as stored.
+    return value if isinstance(value, str) else None
 
 
 def read_session(session_id: str) -> dict[str, Any] | None:

@@ -124,18 +124,18 @@ async def take_files(
         if record is None or not record.usable_by(caller, session_id):
             raise refuse("FILE_NOT_FOUND", 404)
         _check_declared(policy, record.content_type, record.size)
-        data = await store.read(file_id, policy.max_file_bytes)
-        if data is None:
+        stored = await store.read(file_id, policy.max_file_bytes)
+        if stored is None:
             raise refuse("FILE_NOT_FOUND", 404)
-        if len(data) > policy.max_file_bytes:
+        if len(stored) > policy.max_file_bytes:
             raise refuse("FILE_TOO_LARGE", 413)
-        _check_content(data, record.content_type, record.size)
-        total += len(data)
+        _check_content(stored, record.content_type, record.size)
+        total += len(stored)
         if total > policy.max_turn_bytes:
             raise refuse("FILES_TOO_LARGE", 413)
         taken.refs.append(FileRef(id=file_id, name=record.name, content_type=record.content_type,
-                                  size=len(data), digest=digest_of(data)))
-        taken.data[file_id] = data
+                                  size=len(stored), digest=digest_of(stored)))
+        taken.data[file_id] = stored
     if total + inline_total > policy.max_turn_bytes:
         raise refuse("FILES_TOO_LARGE", 413)
     for item, kind, data in decoded:

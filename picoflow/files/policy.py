@@ -51,5 +51,5 @@ class FilePolicy(BaseModel):
             "upload_seconds": "PICOFLOW_UPLOAD_URL_SECONDS",
             "use_seconds": "PICOFLOW_FILE_USE_SECONDS",
         }
-        values: dict[str, object] = {field: int(env[name]) for field, name in names.items() if env.get(name)}
+        values: dict[str, int] = {field: int(env[name]) for field, name in names.items() if env.get(name)}
         return cls(allowed_types=allowed_types(env.get("PICOFLOW_FILE_TYPES")), **values)

@@ -23,11 +23,14 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from picoflow.aws.discovery import DEFAULT_FLOW_MODULES, FLOWS_VARIABLE, flow_module_names
 from picoflow.local.project import DEFAULT_HANDLER, default_flows, use_working_directory
 from picoflow.wire import JSON
+
+if TYPE_CHECKING:
+    from picoflow.local.chat import ChatClient
 
 CONVERSATION_FILE = "conversation.json"
 
@@ -125,7 +128,7 @@ def _print_reply(user: str, status: int, content_type: str, text: str) -> tuple[
     return None, False
 
 
-def _replay(client: Any, turns: list[dict[str, Any]], folder: Path) -> tuple[bool, str | None]:
+def _replay(client: ChatClient, turns: list[dict[str, Any]], folder: Path) -> tuple[bool, str | None]:
     """Send every scripted turn (uploading its ``files``, found in ``folder``); whether they all succeeded, and
     the session id."""
     session = None
@@ -143,7 +146,7 @@ def _replay(client: Any, turns: list[dict[str, Any]], folder: Path) -> tuple[boo
     return True, session
 
 
-def _upload(client: Any, folder: Path, name: str) -> str:
+def _upload(client: ChatClient, folder: Path, name: str) -> str:
     # Only a plain file name beside conversation.json: a scripted turn never reaches elsewhere on disk.
     path = folder / Path(name).name
     content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"

@@ -41,7 +41,8 @@ def load_handler(spec: str | LambdaHandler = DEFAULT_HANDLER) -> LambdaHandler:
     if not module_name or not attribute:
         raise ValueError(f"A handler is named MODULE:ATTR, e.g. {DEFAULT_HANDLER}; got {spec!r}.")
     use_working_directory()
-    return getattr(importlib.import_module(module_name), attribute)
+    handler: LambdaHandler = getattr(importlib.import_module(module_name), attribute)
+    return handler
 
 
 def handler_streamer(handler: LambdaHandler) -> StreamTurn | None:

@@ -93,7 +93,7 @@ class LambdaHTTPServer(ThreadingHTTPServer):
     def url(self) -> str:
         """The base URL the server is listening on."""
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host.decode() if isinstance(host, bytes | bytearray) else host}:{port}"
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up mid-exchange is routine, not a server fault worth a traceback.
@@ -157,11 +157,12 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         headers.extend((name, value) for name, value in forwarded.items() if name not in self.headers)
         # A HEAD is answered as the GET of the same path, whose body _send then leaves out.
         method = "GET" if self.command == "HEAD" else self.command
-        if self.server.inspector is not None and self._answer_locally(method, path):
+        inspector, uploads = self.server.inspector, self.server.uploads
+        if inspector is not None and self._answer_locally(inspector, method, path):
             return
-        target = store_upload_target(path) if method == "PUT" and self.server.uploads is not None else None
-        if target is not None:
-            status = self.server.uploads.accept_upload(
+        target = store_upload_target(path) if method == "PUT" and uploads is not None else None
+        if target is not None and uploads is not None:
+            status = uploads.accept_upload(
                 target, dict(parse_qsl(query)), self.headers.get("Content-Type") or "", body or b""
             )
             self._send(status, {"content-type": [JSON]}, json.dumps({"status": status}).encode("utf-8"))
@@ -217,10 +218,10 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
             return False
         return True
 
-    def _answer_locally(self, method: str, path: str) -> bool:
+    def _answer_locally(self, inspector: Inspector, method: str, path: str) -> bool:
         # Outside the invoke lock: the inspector reads the session while a long turn is still running.
         try:
-            answer = self.server.inspector.answer(method, path, dict(self.headers.items()))
+            answer = inspector.answer(method, path, dict(self.headers.items()))
         except Exception:
             traceback.print_exc(file=sys.stderr)
             self._send(500, {"content-type": [JSON]}, _INTEGRATION_FAILURE)

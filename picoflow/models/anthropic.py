@@ -88,6 +88,7 @@ class AnthropicProvider(ModelProvider):
         chat_class = usage_normalising(module.ChatAnthropic)
         if options.pop(PROMPT_CACHE_PARAM, True):
             chat_class = prompt_caching(chat_class, ANTHROPIC_POINTS)
-        return chat_class(
+        model: BaseChatModel = chat_class(
             model=selection.name, api_key=api_key, base_url=base_url, max_retries=CLIENT_RETRIES, **options
         )
+        return model

@@ -97,4 +97,5 @@ class BedrockProvider(ModelProvider):
         points = bedrock_points(selection.name)
         if options.pop(PROMPT_CACHE_PARAM, True) and points is not None:
             chat_class = prompt_caching(chat_class, points)
-        return chat_class(model=selection.name, region_name=region, config=config, **options)
+        model: BaseChatModel = chat_class(model=selection.name, region_name=region, config=config, **options)
+        return model

@@ -108,7 +108,7 @@ def bedrock_points(model_id: str) -> CachePoints | None:
 def prompt_caching(chat_class: type, points: CachePoints) -> type:
     """A subclass of the LangChain chat model class ``chat_class`` whose requests carry ``points``."""
 
-    class PromptCaching(chat_class):  # type: ignore[misc, valid-type]
+    class PromptCaching(chat_class):  # type: ignore[misc]
         def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
             tools = list(tools)
             if tools and points.mark_tools is not None:

@@ -180,7 +180,7 @@ def _normalise_result(result: Any) -> Any:
 def usage_normalising(chat_class: type) -> type:
     """A subclass of the LangChain chat model class ``chat_class`` whose replies pass through ``normalise_usage``."""
 
-    class UsageNormalising(chat_class):  # type: ignore[misc, valid-type]
+    class UsageNormalising(chat_class):  # type: ignore[misc]
         # The explicit signatures matter: LangChain passes run_manager only to a method that declares it.
         def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
             return _normalise_result(super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs))

@@ -96,6 +96,7 @@ class GoogleProvider(ModelProvider):
         base_url = self._base_url or env_value(env, "GOOGLE_BASE_URL")
         if base_url:
             options["base_url"] = base_url
-        return module.ChatGoogleGenerativeAI(
+        model: BaseChatModel = module.ChatGoogleGenerativeAI(
             model=selection.name, google_api_key=api_key, max_retries=_GOOGLE_CLIENT_ATTEMPTS, **options
         )
+        return model

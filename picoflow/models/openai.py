@@ -12,7 +12,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -34,6 +34,9 @@ from picoflow.models.common import (
     usage_normalising,
 )
 from picoflow.models.registry import ModelProvider, ModelSelection
+
+#: How LangChain asks an OpenAI-style server for structured output.
+StructuredOutputMethod = Literal["function_calling", "json_schema", "json_mode"]
 
 _CHAT_PARAMS = frozenset(
     {"temperature", "top_p", "max_tokens", "max_completion_tokens", "timeout", "seed", "stop",
@@ -80,7 +83,7 @@ class CompatibleEndpoint:
     default_base_url: str | None
     kind: Literal["openai", "azure", "compatible"] = "compatible"
     key_required: bool = True
-    structured_output: Literal["function_calling", "json_schema", "json_mode"] = "function_calling"
+    structured_output: StructuredOutputMethod = "function_calling"
     api_version_env: str | None = None
     bare_host_path: str = ""
     """Appended to an endpoint given as a bare host (``http://host:11434`` for Ollama means ``.../v1``)."""
@@ -247,7 +250,7 @@ class OpenAIProvider(ModelProvider):
         )
 
 
-def _built(chat_class: type[BaseChatModel], **options: Any) -> BaseChatModel:
+def _built(chat_class: Callable[..., BaseChatModel], **options: Any) -> BaseChatModel:
     """``chat_class(**options)`` whose asynchronous HTTP client gives up on a retry the turn has no time for.
 
     The OpenAI client retries connection errors, timeouts, 408, 409, 429 and 5xx itself, waiting as
@@ -295,9 +298,11 @@ def _compatible_chat_class() -> type[BaseChatModel]:
     class CompatibleChatOpenAI(ChatOpenAI):
         """``ChatOpenAI`` for a server that speaks Chat Completions but not always OpenAI's structured outputs."""
 
-        structured_output_method: str = "function_calling"
+        structured_output_method: StructuredOutputMethod = "function_calling"
 
-        def with_structured_output(self, schema: Any = None, *, method: Any = None, **kwargs: Any) -> Any:
+        def with_structured_output(
+            self, schema: Any = None, *, method: StructuredOutputMethod | None = None, **kwargs: Any
+        ) -> Any:
             return super().with_structured_output(schema, method=method or self.structured_output_method, **kwargs)
 
     return usage_normalising(CompatibleChatOpenAI)

@@ -15,7 +15,8 @@ from typing import Any
 from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.ai import InputTokenDetails, OutputTokenDetails, UsageMetadata
+from langchain_core.messages.tool import ToolCallChunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -312,7 +313,7 @@ class _Turn:
             raise ScriptedModelError(self.error, self.status)
         for piece in pieces:
             yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
-        calls = [
+        calls: list[ToolCallChunk] = [
             {"name": call["name"], "args": json.dumps(call["args"]), "id": call["id"], "index": index}
             for index, call in enumerate(message.tool_calls)
         ]
@@ -406,17 +407,22 @@ def _usage(usage: Mapping[str, Any] | None) -> UsageMetadata | None:
         output_tokens=output_tokens,
         total_tokens=int(usage.get("total_tokens") or input_tokens + output_tokens),
     )
-    for key in ("input_token_details", "output_token_details"):
-        if usage.get(key):
-            result[key] = dict(usage[key])
+    # Copied key by key: a script may name details LangChain does not know, and they pass through.
+    if usage.get("input_token_details"):
+        result["input_token_details"] = InputTokenDetails()
+        result["input_token_details"].update(usage["input_token_details"])
+    if usage.get("output_token_details"):
+        result["output_token_details"] = OutputTokenDetails()
+        result["output_token_details"].update(usage["output_token_details"])
     return result
 
 
 def _tool_names(tools: Any) -> list[str]:
-    names = []
+    names: list[str] = []
     for tool in tools or []:
         function = tool.get("function") if isinstance(tool, Mapping) else None
-        names.append(function.get("name") if isinstance(function, Mapping) else str(tool))
+        name = function.get("name") if isinstance(function, Mapping) else None
+        names.append(name if isinstance(name, str) else str(tool))
     return names
 
 

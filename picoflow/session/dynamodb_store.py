@@ -294,8 +294,8 @@ class DynamoDBSessionStore(SessionStore):
         with self._client_lock:
             if self._client is None:
                 config = CLIENT_CONFIG.merge(self._config) if self._config is not None else CLIENT_CONFIG
-                # Appended to, not replaced by, the caller's own extra.
-                extra = " ".join(filter(None, (config.user_agent_extra, user_agent_extra())))
+                # Appended to, not replaced by, the caller's own extra (read with getattr: the stubs omit it).
+                extra = " ".join(filter(None, (getattr(config, "user_agent_extra", None), user_agent_extra())))
                 config = config.merge(Config(user_agent_extra=extra))
                 options = {"endpoint_url": self.endpoint_url, "region_name": self.region_name, "config": config}
                 session = self._session

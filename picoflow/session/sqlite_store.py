@@ -65,7 +65,10 @@ class SQLiteSessionStore(SessionStore):
 
     async def load(self, session_id: str) -> SessionDoc | None:
         def read(conn: sqlite3.Connection) -> tuple[int, str] | None:
-            return conn.execute("SELECT revision, doc FROM session WHERE id = ?", (session_id,)).fetchone()
+            row: tuple[int, str] | None = conn.execute(
+                "SELECT revision, doc FROM session WHERE id = ?", (session_id,)
+            ).fetchone()
+            return row
 
         row = await self._run("load", session_id, read)
         if row is None:
