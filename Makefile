@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FLOW ?= HotelFlow
 
-.PHONY: run eval test lint bench clean chromium docs build-ApiFunction build-WebSocketFunction lock
+.PHONY: run eval test lint typecheck bench clean chromium docs build-ApiFunction build-WebSocketFunction lock
 
 RUN_STAMP := $(VENV)/.installed-run
 # setuptools' notice about editable installs, which would otherwise end the install's output.
@@ -42,6 +42,10 @@ docs: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# mypy --strict on picoflow/, handlers/ and flows/ (pyproject.toml: [tool.mypy]): the types users' checkers read.
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
 # tests/test_browser.py drives Debian's Chromium; CI (CI=true, run as root) installs it when missing.
 # Elsewhere nothing is installed and that test skips without the browser.
 chromium:
@@ -49,7 +53,7 @@ chromium:
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; \
 	fi
 
-test: lint chromium
+test: lint typecheck chromium
 	$(PY) -m pytest -v
 
 # The Lambda function's code. `sam build` runs this target (template.yaml: BuildMethod makefile) with

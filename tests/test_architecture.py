@@ -221,3 +221,19 @@ def test_importing_the_package_loads_no_submodule():
     check = "import sys\nimport picoflow\nprint(sorted(m for m in sys.modules if m.startswith('picoflow.')))"
     result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_make_test_runs_mypy_strict_on_the_package_handlers_and_flows():
+    import tomllib
+
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    prerequisites = next(line for line in makefile.splitlines() if line.startswith("test:")).split(":", 1)[1].split()
+    assert "typecheck" in prerequisites
+    recipe = makefile.split("\ntypecheck:", 1)[1].split("\n\n", 1)[0]
+    assert "/mypy" in recipe
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    assert config["strict"] is True and set(config["files"]) == {"picoflow", "handlers", "flows"}
+    # Relaxations are per module, for untyped third-party packages only.
+    for override in config.get("overrides", []):
+        modules = override["module"] if isinstance(override["module"], list) else [override["module"]]
+        assert not any(module.split(".")[0] in {"picoflow", "handlers", "flows"} for module in modules), override
