@@ -34,13 +34,13 @@ from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
 
 from benchmarks.results import write_section  # noqa: E402
-from picoflow import Flow, FlowEngine, ModelSelection, Step, Transition, stay, tool  # noqa: E402
-from picoflow.mcp import MCPServerSpec, MCPTools, MCPUnavailableError  # noqa: E402
+from picoflow import Flow, FlowEngine, ModelSelection, Step  # noqa: E402
+from picoflow.mcp import MCPServerSpec, MCPTools  # noqa: E402
 from picoflow.models.registry import ModelProvider, ProviderRegistry  # noqa: E402
 from picoflow.stores import MemorySessionStore  # noqa: E402
+from tests.support.hostile_flow import SearchStep  # noqa: E402
 from tests.support.mcp_servers import HttpServer  # noqa: E402
 
 TITLE = "Hostile MCP servers: memory and model-request bytes (hostile_mcp_bench.py)"
@@ -66,10 +66,6 @@ CASES: dict[str, dict[str, str]] = {
     "20 MB result, offered": {},
     "20 MB result, handler": {},
 }
-
-
-class Hotels(BaseModel):
-    hotels: int
 
 
 class MeasuringModel(BaseChatModel):
@@ -113,20 +109,6 @@ class OfferStep(Step):
         return [MCPTools(server="hostile", all_tools=True)]
 
 
-class HandlerStep(Step):
-    def get_prompt(self) -> str:
-        return "Search."
-
-    @tool
-    async def search(self, args: Hotels) -> Transition:
-        """Search hotels."""
-        try:
-            found = await self.flow.call_mcp_tool("hostile", "flood", args.model_dump())
-        except MCPUnavailableError:
-            return stay("The search is unavailable.")
-        return stay(f"{len(found['hotels'])} hotels found.")
-
-
 class HostileFlow(Flow):
     def config_model(self) -> ModelSelection:
         return ModelSelection(provider="measuring", name="m")
@@ -139,7 +121,7 @@ class HostileFlow(Flow):
                                     env={"PYTHONPATH": str(ROOT), **_hostile_env()}, cwd=str(ROOT))]
 
     def define_steps(self) -> list[Step]:
-        return [OfferStep(self), HandlerStep(self)]
+        return [OfferStep(self), SearchStep(self)]
 
     def initial_step(self) -> Any:
         return self.get_context("config.start")
@@ -165,7 +147,7 @@ async def one_case(case: str) -> dict[str, Any]:
     from picoflow.mcp import close_sessions
 
     offered = case != "20 MB result, handler"
-    start = "OfferStep" if offered else "HandlerStep"
+    start = "OfferStep" if offered else "SearchStep"
     if case.startswith("20 MB"):
         name, warm_args, big_args = ("flood" if offered else "search"), {"hotels": 10}, {"hotels": FLOOD_HOTELS}
         replies = [call(name, warm_args, "w"), {"content": "ok"}, call(name, big_args, "b"), {"content": "done"}]
