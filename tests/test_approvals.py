@@ -88,9 +88,14 @@ def _fresh_world() -> None:
     APPLIED.clear()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "moto", "dynamodb-local"])
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> SessionStore:
-    return MemorySessionStore() if request.param == "memory" else SQLiteSessionStore(tmp_path / "s.db")
+    if request.param == "memory":
+        return MemorySessionStore()
+    if request.param == "sqlite":
+        return SQLiteSessionStore(tmp_path / "s.db")
+    table = request.getfixturevalue("moto_dynamodb" if request.param == "moto" else "dynamodb_local_table")
+    return table.store()  # type: ignore[no-any-return]
 
 
 async def paused(store: SessionStore, *, caller: str | None = None, amount: float = 250) -> tuple[str, str]:
@@ -337,6 +342,34 @@ async def test_a_reviewer_decides_and_the_user_hears_the_follow_up(store: Sessio
     assert follow.message == "Your credit was paid."
     assert any(m.type == "tool" and m.content == "Paid 250.00 on A1." for m in provider.calls[0])
     assert len(APPLIED) == 1
+
+
+async def test_reviewers_list_waiting_calls_from_the_stores_index(store: SessionStore) -> None:
+    engine, _ = engine_with(store, [
+        calls(call("payout", "p1", order="B7")), calls(call("payout", "p2", order="C8")), calls(call("refund", "r"))
+    ])
+    one = await engine.run("DeskFlow", "credit please", caller="alice")
+    two = await engine.run("DeskFlow", "credit please", caller="carol")
+    user_only = await engine.run("DeskFlow", "refund please", caller="dave")
+    assert user_only.pending_approvals[0]["approver"] == "user"
+    listed = await eventually(store, 2)
+    assert [(e["session"], e["arguments"]["order"]) for e in listed] == [(one.session, "B7"), (two.session, "C8")]
+    assert listed[0]["flowName"] == "DeskFlow" and listed[0]["tool"] == "payout"
+    decided = await engine.decide("DeskFlow", one.session, listed[0]["id"], False, reason="no", reviewer="bob")
+    assert decided.success
+    assert [e["session"] for e in await eventually(store, 1)] == [two.session]
+    await store.delete(two.session)
+    assert await eventually(store, 0) == []
+
+
+async def eventually(store: SessionStore, count: int) -> list[dict[str, Any]]:
+    """The store's review list once it holds ``count`` entries (a DynamoDB index is eventually consistent)."""
+    for _ in range(50):
+        listed = await store.list_reviews()
+        if len(listed) == count:
+            return listed
+        await asyncio.sleep(0.1)
+    return await store.list_reviews()
 
 
 async def test_a_reviewer_cannot_reach_a_session_that_does_not_exist(store: SessionStore) -> None:

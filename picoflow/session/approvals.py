@@ -152,3 +152,19 @@ def forget_old(doc: SessionDoc) -> None:
     if len(settled) > KEPT_DECIDED:
         dropped = {id(a) for a in settled[: len(settled) - KEPT_DECIDED]}
         doc.approvals = [a for a in doc.approvals if id(a) not in dropped]
+
+
+def review_entries(doc: SessionDoc) -> list[dict[str, Any]]:
+    """The calls of ``doc`` waiting for a reviewer, as reviewers list them (``SessionStore.list_reviews``)."""
+    return [
+        {**public(approval), "session": doc.id, "flowName": doc.flow.name,
+         "createdAt": format_timestamp(approval.created_at)}
+        for approval in doc.approvals if approval.status == "pending" and approval.approver == "reviewer"
+    ]
+
+
+def still_waiting(entries: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """``entries`` not yet expired, oldest first, at most ``limit``."""
+    now = format_timestamp(utc_now())
+    waiting = [entry for entry in entries if str(entry.get("expires_at", "")) > now]
+    return sorted(waiting, key=lambda entry: str(entry.get("createdAt", "")))[:limit]
