@@ -1,4 +1,4 @@
-"""SupportFlow: the scripted case replays to completion, and a refund turn retried after a failure refunds once."""
+"""RefundFlow: the scripted case replays to completion, and a refund turn retried after a failure refunds once."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from flows.support import SupportFlow, orders, payments
+from flows.refunds import RefundFlow, orders, payments
 from picoflow import FlowEngine
 from picoflow.errors import SessionStoreError
 from picoflow.models.registry import ProviderRegistry
@@ -16,7 +16,7 @@ from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.document import SessionDoc
 from picoflow.session.memory_store import MemorySessionStore
 
-CONVERSATION = json.loads((Path(__file__).resolve().parents[1] / "flows/support/conversation.json").read_text())
+CONVERSATION = json.loads((Path(__file__).resolve().parents[1] / "flows/refunds/conversation.json").read_text())
 TURNS = CONVERSATION["turns"]
 REFUND_TURN = 2
 
@@ -24,7 +24,7 @@ REFUND_TURN = 2
 def engine_on(store: MemorySessionStore, turns: list[dict[str, Any]]) -> FlowEngine:
     """An engine whose every model call is served from the turns' scripted replies."""
     script = ScriptedProvider([reply for turn in turns for reply in turn["replies"]])
-    return FlowEngine([SupportFlow], store, ProviderRegistry(override=script))
+    return FlowEngine([RefundFlow], store, ProviderRegistry(override=script))
 
 
 class FailingSaves(MemorySessionStore):
@@ -42,7 +42,7 @@ class FailingSaves(MemorySessionStore):
 async def converse(engine: FlowEngine, turns: list[dict[str, Any]], session: str | None = None) -> list[Any]:
     answers = []
     for turn in turns:
-        response = await engine.run("SupportFlow", turn["user"], session)
+        response = await engine.run("RefundFlow", turn["user"], session)
         assert response.success, response.message
         session = response.session
         answers.append(response)
@@ -70,13 +70,13 @@ async def test_a_refund_turn_retried_after_a_store_outage_refunds_once() -> None
     store.failures = 1
     refund_turn = TURNS[REFUND_TURN]
     engine = engine_on(store, [refund_turn])
-    failed = await engine.run("SupportFlow", refund_turn["user"], session)
+    failed = await engine.run("RefundFlow", refund_turn["user"], session)
     assert failed.error_code == "SESSION_STORE_ERROR"
     assert payments.refunds_issued() == issued + 1
 
     # The client retries (no key, same session): the refund is replayed from the journal, with its reference.
     engine = engine_on(store, [refund_turn])
-    retried = await engine.run("SupportFlow", refund_turn["user"], session)
+    retried = await engine.run("RefundFlow", refund_turn["user"], session)
     assert retried.success
     assert payments.refunds_issued() == issued + 1
     doc = await store.load(session)

@@ -1,4 +1,4 @@
-"""SupportFlow's steps: the triage hub verifies the order and routes; the returns desk refunds an item once."""
+"""RefundFlow's steps: the triage hub verifies the order and routes; the returns desk refunds an item once."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, Field
 
-from flows.support import orders, payments
+from flows.refunds import orders, payments
 from picoflow import Step, TerminateSessionStep, Transition, direct_to, go, prompt, stay, tool
 from picoflow.messages import HumanMessageEx
 
