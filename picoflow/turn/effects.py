@@ -125,6 +125,10 @@ def changes(before: Any, after: Any, path: tuple[Any, ...] = ()) -> list[dict[st
         for key, value in after.items():
             if key in before:
                 ops.extend(changes(before[key], value, (*path, key)))
+            elif isinstance(value, (dict, list)) and value:
+                # A list or object the handler started is its items or keys added: another effect of the same
+                # turn may have started the same one, and a replay must add to it rather than replace it.
+                ops.extend(changes(type(value)(), value, (*path, key)))
             else:
                 ops.append({"op": "set", "path": [*path, key], "value": copy.deepcopy(value)})
         return ops
