@@ -30,9 +30,9 @@ REVIEWER_APPROVAL_TTL = 86_400
 
 #: Who decides a call: the session's user or a reviewer (a second person).
 Approver = typing.Literal["user", "reviewer"]
-#: What ``approval=`` takes: True (the user decides), "reviewer", or a predicate on the validated arguments
-#: (the user decides only when it answers True).
-ApprovalSetting = bool | str | Callable[[Any], bool] | None
+#: What ``approval=`` takes: True (the user decides), "reviewer", or a function of the validated arguments (the
+#: user decides when it answers True; it may also name who decides: "user" or "reviewer"; False: nobody).
+ApprovalSetting = bool | str | Callable[[Any], bool | str] | None
 
 _Handler = TypeVar("_Handler", bound=Callable[..., Any])
 
@@ -47,14 +47,29 @@ class ApprovalRule:
     """Who must decide a call of an approval tool before its handler runs, when, and for how long it waits."""
 
     approver: Approver
-    #: Seconds a call waits for its decision before it counts as declined.
-    ttl: int
-    #: Decides, from the validated arguments, whether this call needs a decision at all; None: every call does.
-    when: Callable[[Any], bool] | None = None
+    #: Seconds a call waits for its decision before it counts as declined (None: the approver's default).
+    ttl: int | None
+    #: Decides, from the validated arguments, whether this call needs a decision at all (True or False), or who
+    #: makes it ("user" or "reviewer"); None: every call waits for ``approver``.
+    when: Callable[[Any], bool | str] | None = None
 
-    def applies(self, arguments: Any) -> bool:
-        """Whether a call with these validated arguments (the schema's model, or a dict) waits for a decision."""
-        return True if self.when is None else bool(self.when(arguments))
+    def approver_for(self, arguments: Any) -> Approver | None:
+        """Who decides a call with these validated arguments (the schema's model, or a dict); None: nobody, it
+        runs at once."""
+        verdict = True if self.when is None else self.when(arguments)
+        if verdict is True:
+            return self.approver
+        if verdict in ("user", "reviewer"):
+            return "user" if verdict == "user" else "reviewer"
+        if verdict is False or verdict is None:
+            return None
+        raise PicoFlowError("An approval function returns True, False, 'user' or 'reviewer'.")
+
+    def ttl_for(self, approver: Approver) -> int:
+        """Seconds a call decided by ``approver`` waits: ``approval_ttl=``, else that approver's default."""
+        if self.ttl is not None:
+            return self.ttl
+        return USER_APPROVAL_TTL if approver == "user" else REVIEWER_APPROVAL_TTL
 
 
 def approval_rule(approval: ApprovalSetting, ttl: float | None, where: str) -> ApprovalRule | None:
@@ -63,7 +78,7 @@ def approval_rule(approval: ApprovalSetting, ttl: float | None, where: str) -> A
         if ttl is not None:
             raise PicoFlowError(f"{where}: approval_ttl= needs approval=.")
         return None
-    when: Callable[[Any], bool] | None = None
+    when: Callable[[Any], bool | str] | None = None
     approver: Approver
     if approval is True or approval == "user":
         approver = "user"
@@ -75,8 +90,7 @@ def approval_rule(approval: ApprovalSetting, ttl: float | None, where: str) -> A
         raise PicoFlowError(f"{where}: approval= takes True, 'reviewer' or a function of the arguments.")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
         raise PicoFlowError(f"{where}: approval_ttl= must be a positive number of seconds.")
-    default = USER_APPROVAL_TTL if approver == "user" else REVIEWER_APPROVAL_TTL
-    return ApprovalRule(approver=approver, ttl=int(ttl) if ttl is not None else default, when=when)
+    return ApprovalRule(approver=approver, ttl=int(ttl) if ttl is not None else None, when=when)
 
 
 @dataclass(frozen=True)
@@ -88,7 +102,8 @@ class ToolSpec:
 
     ``approval=`` makes a person decide each call before its handler runs (which makes the tool an effect):
     ``True`` (the session's user), ``"reviewer"`` (a second person), or a function of the validated arguments
-    returning whether this call needs the user's decision. ``approval_ttl=`` is how many seconds a call waits
+    returning whether this call needs the user's decision (or naming who decides it: ``"user"`` or
+    ``"reviewer"``). ``approval_ttl=`` is how many seconds a call waits
     (600 for the user, 86,400 for a reviewer by default); an undecided call then counts as declined.
     """
 

@@ -120,10 +120,16 @@ def test_declaring_checks_its_arguments_and_makes_an_effect() -> None:
     declaring_errors()
     spec = ToolSpec(name="pay", description="Pay.", schema=Refund, approval="reviewer")
     assert spec.effect is True
-    assert spec.approval_rule is not None and spec.approval_rule.ttl == REVIEWER_APPROVAL_TTL
+    assert spec.approval_rule is not None and spec.approval_rule.ttl_for("reviewer") == REVIEWER_APPROVAL_TTL
     user = ToolSpec(name="pay", description="Pay.", schema=Refund, approval=True, approval_ttl=30)
-    assert user.approval_rule is not None and (user.approval_rule.approver, user.approval_rule.ttl) == ("user", 30)
-    assert ToolSpec(name="p", description="P.", schema=Refund, approval=True).approval_rule.ttl == USER_APPROVAL_TTL  # type: ignore[union-attr]
+    assert user.approval_rule is not None
+    assert (user.approval_rule.approver, user.approval_rule.ttl_for("user")) == ("user", 30)
+    plain = ToolSpec(name="p", description="P.", schema=Refund, approval=True).approval_rule
+    assert plain is not None and plain.ttl_for("user") == USER_APPROVAL_TTL
+    routed = ToolSpec(name="p", description="P.", schema=Refund,
+                      approval=lambda a: "reviewer" if a["amount"] > 100 else a["amount"] > 10).approval_rule
+    assert routed is not None
+    assert [routed.approver_for({"amount": n}) for n in (5, 50, 500)] == [None, "user", "reviewer"]
 
 
 async def test_a_call_needing_approval_waits_and_the_turn_commits_at_once(store: SessionStore) -> None:
@@ -426,3 +432,24 @@ def test_the_digest_binds_step_tool_and_arguments() -> None:
         name="refund", args={"amount": 250.0, "order": "A1"})])
     assert arguments_digest("DeskStep", one) != arguments_digest("DeskStep", [ApprovalCall(
         name="refund", args={"order": "A1", "amount": 251.0})])
+
+
+async def test_the_same_decision_retried_is_taken_up_once_its_claim_lapses(store: SessionStore) -> None:
+    session, approval = await paused(store)
+    decision = [{"id": approval, "approved": True}]
+    engine, _ = engine_with(store, [{"error": "down", "status": 400}])
+    assert (await engine.run("DeskFlow", None, session, approvals=decision)).error_code == "MODEL_UNAVAILABLE"
+    # At once: the failed request's claim still holds the call, so the retry is told to come back (retryable).
+    engine, _ = engine_with(store, [{"content": "Refunded."}])
+    early = await engine.run("DeskFlow", None, session, approvals=decision)
+    assert early.error_code == "SESSION_CONFLICT" and early.retry_after
+    # A different verdict is not a retry: the call was decided.
+    other = await engine.run("DeskFlow", None, session, approvals=[{"id": approval, "approved": False}])
+    assert other.error_code == "APPROVAL_NOT_PENDING"
+    doc = await store.load(session)
+    assert doc is not None
+    doc.approvals[0].claimed_until = utc_now() - timedelta(seconds=1)
+    await store.save(doc, doc.revision)
+    done = await engine.run("DeskFlow", None, session, approvals=decision)
+    assert done.success and done.message == "Refunded."
+    assert len(APPLIED) == 1

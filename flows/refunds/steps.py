@@ -26,6 +26,20 @@ class RefundItem(BaseModel):
     reason: Literal["defective", "wrong_item", "changed_mind"]
 
 
+#: Refunds above this many USD are decided by a reviewer (a second person) instead of the customer.
+REVIEW_ABOVE_USD = 100.0
+
+
+def refund_approver(args: RefundItem) -> bool | str:
+    """Who decides a refund before money moves: nobody when policy refunds nothing (the handler says why), the
+    customer up to ``REVIEW_ABOVE_USD``, a reviewer above it."""
+    item = orders.item(args.sku)
+    amount = None if item is None else orders.refund_amount(item, args.reason)
+    if amount is None:
+        return False
+    return "reviewer" if amount > REVIEW_ABOVE_USD else True
+
+
 class TriageStep(Step):
     """The case hub: owns the verified order and the refunds issued, routes returns, closes the case."""
 
@@ -71,8 +85,9 @@ class ReturnsStep(Step):
         items = "\n".join(f"- {item.sku}: {item.name}, {item.price:.2f} USD" for item in order.items)
         return prompt("returns.md", __file__, order=order.order_id, items=items)
 
-    # A refund moves money outside the session: it runs once per turn, however often the turn is retried.
-    @tool(effect=True)
+    # A refund moves money outside the session: a person decides it first, bound to these exact arguments, and it
+    # runs once, however often the request that settles it is retried.
+    @tool(effect=True, approval=refund_approver)
     async def refund_item(self, args: RefundItem) -> Transition:
         """Refund a returned item of the verified order, by the return policy."""
         order = self.order()

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from picoflow.deadline import current_deadline
-from picoflow.errors import ApprovalNotPendingError, BadRequestError, NotApproverError
+from picoflow.errors import ApprovalNotPendingError, BadRequestError, NotApproverError, SessionConflictError
 from picoflow.session.document import ApprovalCall, ApprovalDoc, SessionDoc, format_timestamp, utc_now
 from picoflow.session.journal import canonical_json
 
@@ -25,6 +25,8 @@ EXPIRED_REASON = "expired"
 KEPT_DECIDED = 50
 #: How long a decision's claim on its call lasts when the request has no deadline: long enough to run the tool.
 CLAIM_SECONDS = 60.0
+#: How long a claim outlives its request's deadline: room for the clocks of two hosts to differ.
+CLAIM_MARGIN_SECONDS = 2.0
 #: The longest reason a decision may carry.
 MAX_REASON_CHARS = 500
 
@@ -101,14 +103,23 @@ def decide(doc: SessionDoc, decisions: Iterable[Decision], *, approver: str, dec
     """Record ``decisions`` on the pending calls they name, as ``approver`` ("user" or "reviewer") and
     ``decided_by`` (the principal). Nothing is changed unless every decision may be taken.
 
+    The same decision again on a call it decided whose request failed before settling it is that decision's
+    retry: it is taken up once that request's claim has lapsed (``SessionConflictError``, retryable, before).
+
     Raises ``ApprovalNotPendingError`` for a call that is unknown, expired or decided, ``NotApproverError`` for a
     call someone else must decide (a user deciding a reviewer's call, a reviewer deciding the call of their own
     session).
     """
     by_id = {approval.id: approval for approval in doc.approvals}
     chosen: list[tuple[ApprovalDoc, Decision]] = []
+    retried: list[ApprovalDoc] = []
     for decision in decisions:
         approval = by_id.get(decision.id)
+        if approval is not None and _retry_of(approval, decision, decided_by):
+            if not lapsed([approval]):
+                raise SessionConflictError(doc.id)
+            retried.append(approval)
+            continue
         if approval is None or approval.status != "pending":
             raise ApprovalNotPendingError("The call is not waiting for a decision.")
         if approval.approver != approver:
@@ -120,14 +131,21 @@ def decide(doc: SessionDoc, decisions: Iterable[Decision], *, approver: str, dec
     for approval, decision in chosen:
         approval.status = "approved" if decision.approved else "denied"
         approval.decided_at, approval.decided_by, approval.reason = now, decided_by, decision.reason
-    return [approval for approval, _ in chosen]
+    return [approval for approval, _ in chosen] + retried
+
+
+def _retry_of(approval: ApprovalDoc, decision: Decision, decided_by: str | None) -> bool:
+    """Whether ``decision`` repeats the one recorded on ``approval`` that was never settled."""
+    verdict = "approved" if decision.approved else "denied"
+    return (not approval.settled and approval.status == verdict and approval.decided_by == decided_by
+            and approval.reason == decision.reason)
 
 
 def claim(approvals: Iterable[ApprovalDoc]) -> None:
     """Claim decided calls for this request until it can have settled them (the claim is written with the
     decision, so a request that sees a live claim leaves the call to its claimant)."""
     deadline = current_deadline()
-    seconds = CLAIM_SECONDS if deadline is None else max(deadline - time.monotonic(), 0.0) + 5.0
+    seconds = CLAIM_SECONDS if deadline is None else max(deadline - time.monotonic(), 0.0) + CLAIM_MARGIN_SECONDS
     until = utc_now() + timedelta(seconds=seconds)
     for approval in approvals:
         approval.claimed_until = until

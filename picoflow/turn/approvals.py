@@ -27,7 +27,7 @@ from picoflow.messages import AiMessageEx, ToolMessageEx, gen_message_id
 from picoflow.session.approvals import arguments_digest, forget_old
 from picoflow.session.document import ApprovalCall, ApprovalDoc, utc_now
 from picoflow.step import Step
-from picoflow.step_tools import ApprovalRule
+from picoflow.step_tools import ApprovalRule, Approver
 
 #: What the model reads while a call waits, and once it is declined or has expired.
 WAITING = (
@@ -42,22 +42,22 @@ EXPIRED = "No decision was made in time, so this call was declined; it did not r
 # -- pausing ------------------------------------------------------------------------------------
 
 
-def pause(flow: Flow, step: Step, calls: Sequence[Mapping[str, Any]], rule: ApprovalRule, *,
+def pause(flow: Flow, step: Step, calls: Sequence[Mapping[str, Any]], rule: ApprovalRule, approver: Approver, *,
           group: bool = False) -> list[ToolMessageEx]:
-    """Keep ``calls`` (validated, as their handler would get them) waiting for a decision; the tool results the
-    model reads meanwhile, one per call."""
+    """Keep ``calls`` (validated, as their handler would get them) waiting for ``approver``'s decision; the tool
+    results the model reads meanwhile, one per call."""
     doc = flow.run_context.require_doc()
     now = utc_now()
     stored = [ApprovalCall(name=call["name"], args=call.get("args") or {}) for call in calls]
     approval = ApprovalDoc(
         id=f"ap_{secrets.token_hex(8)}", step=step.id, namespace=step.namespace, calls=stored, group=group,
-        digest=arguments_digest(step.id, stored), approver=rule.approver, created_at=now,
-        expires_at=now + timedelta(seconds=rule.ttl),
+        digest=arguments_digest(step.id, stored), approver=approver, created_at=now,
+        expires_at=now + timedelta(seconds=rule.ttl_for(approver)),
     )
     doc.approvals.append(approval)
     flow.logger.log("approval pending", step=step.id, tool=approval.tool, approval=approval.id,
-                    approver=rule.approver)
-    who = "the user" if rule.approver == "user" else "a reviewer"
+                    approver=approver)
+    who = "the user" if approver == "user" else "a reviewer"
     text = WAITING.format(who=who, id=approval.id)
     return [ToolMessageEx(step.id, text, call.get("id") or "", name=call["name"], status="success") for call in calls]
 

@@ -117,7 +117,8 @@ async def answer_turn(flow: Flow, user_message: str | None, request_id: str,
     if flow.is_batch():
         await context.require_services().save()
     extra, finish = await settle_approvals(flow, decisions, approver="user", decided_by=caller)
-    if extra is not None and is_direct(extra):
+    if extra is not None and is_direct(extra) and not user_message:
+        # An approved handler answered in code: that is the reply, unless the user also said something.
         message: Any = _deliver_direct(flow, extra, finish)
     else:
         if extra is not None:
@@ -424,8 +425,9 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall
             return outcome
         validated = [{**call, "args": _as_dict(args)} for call, args in valid]
         rule = None if approved_key else approval_of(flow, [call["name"] for call in calls], group)
-        if rule is not None and rule.applies(validated):
-            outcome.messages.extend(approvals.pause(flow, step, validated, rule, group=True))
+        approver = rule.approver_for(validated) if rule is not None else None
+        if rule is not None and approver is not None:
+            outcome.messages.extend(approvals.pause(flow, step, validated, rule, approver, group=True))
             outcome.paused = True
             return outcome
         run_group = functools.partial(_call_handler, step, group, validated)
@@ -473,8 +475,9 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall
             continue
         argument = _handler_argument(handler, args)
         rule = None if approved_key else approval_of(flow, [name], handler)
-        if rule is not None and rule.applies(argument):
-            outcome.messages.extend(approvals.pause(flow, step, [{**call, "args": _as_dict(args)}], rule))
+        approver = rule.approver_for(argument) if rule is not None else None
+        if rule is not None and approver is not None:
+            outcome.messages.extend(approvals.pause(flow, step, [{**call, "args": _as_dict(args)}], rule, approver))
             outcome.paused = True
             continue
         run = functools.partial(_call_handler, step, handler, argument, call)
