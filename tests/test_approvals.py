@@ -12,7 +12,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, stay, tool, tools
 from picoflow.errors import PicoFlowError
@@ -23,50 +22,7 @@ from picoflow.session.memory_store import MemorySessionStore
 from picoflow.session.sqlite_store import SQLiteSessionStore
 from picoflow.session.store import SessionStore
 from picoflow.step_tools import REVIEWER_APPROVAL_TTL, USER_APPROVAL_TTL
-
-APPLIED: list[tuple[str, dict[str, Any]]] = []
-
-
-class Refund(BaseModel):
-    order: str
-    amount: float
-
-
-class Note(BaseModel):
-    text: str
-
-
-class DeskStep(Step):
-    def get_prompt(self) -> str:
-        return "Help with refunds."
-
-    @tool(effect=True, approval=lambda args: args.amount > 100)
-    async def refund(self, args: Refund) -> Any:
-        """Refund an order."""
-        APPLIED.append(("refund", args.model_dump()))
-        self.save_state({"refunds": [*(self.get_state("refunds") or []), args.order]})
-        return stay(f"Refunded {args.amount:.2f} on {args.order}.")
-
-    @tool(effect=True, approval="reviewer")
-    async def payout(self, args: Refund) -> Any:
-        """Pay out goodwill credit."""
-        APPLIED.append(("payout", args.model_dump()))
-        self.save_state({"payouts": [*(self.get_state("payouts") or []), args.order]})
-        return stay(f"Paid {args.amount:.2f} on {args.order}.")
-
-    @tool
-    async def note(self, args: Note) -> Any:
-        """Keep a note."""
-        APPLIED.append(("note", args.model_dump()))
-        return stay("noted")
-
-
-class DeskFlow(Flow):
-    def config_model(self) -> ModelSelection:
-        return ModelSelection(provider="scripted", name="desk", retry_attempts=1)
-
-    def define_steps(self) -> list[Step]:
-        return [DeskStep(self)]
+from tests.support.desk_flows import APPLIED, DeskFlow, Note, Refund
 
 
 def call(name: str, call_id: str, order: str = "A1", amount: float = 250, **extra: Any) -> dict[str, Any]:

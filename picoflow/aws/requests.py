@@ -11,7 +11,16 @@ import os
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.openapi.params import Header
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -74,10 +83,13 @@ NoHeader = SkipJsonSchema[None]
 
 
 class ApprovalDecision(BaseModel):
-    """A decision on a tool call waiting for one: the ``id`` a response's ``pendingApprovals`` gave."""
+    """A decision on a tool call waiting for one: the ``id`` a response's ``pendingApprovals`` gave. Nothing else
+    is accepted: a decision binds to the stored arguments, so a client sending others is told so."""
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str = Field(min_length=1, max_length=64, description="The waiting call's id.")
-    approved: bool = Field(description="true runs the call (once), false declines it.")
+    approved: StrictBool = Field(description="true runs the call (once), false declines it.")
     reason: str | None = Field(default=None, max_length=MAX_REASON_CHARS, description="Told to the model.")
 
     def as_decision(self) -> dict[str, Any]:
@@ -134,7 +146,7 @@ class ReviewRequest(BaseModel):
 
     session: SessionId = Field(description="The session the call waits in.")
     id: str = Field(min_length=1, max_length=64, description="The waiting call's id.")
-    approved: bool = Field(description="true runs the call (once), false declines it.")
+    approved: StrictBool = Field(description="true runs the call (once), false declines it.")
     reason: str | None = Field(default=None, max_length=MAX_REASON_CHARS, description="Told to the model.")
 
 
