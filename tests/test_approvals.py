@@ -409,3 +409,20 @@ async def test_the_same_decision_retried_is_taken_up_once_its_claim_lapses(store
     done = await engine.run("DeskFlow", None, session, approvals=decision)
     assert done.success and done.message == "Refunded."
     assert len(APPLIED) == 1
+
+
+async def test_the_committed_stream_event_carries_the_waiting_calls() -> None:
+    store = MemorySessionStore()
+    engine, _ = engine_with(store, [calls(call("refund", "c1"), content="One moment.")])
+    events = [event async for event in engine.stream("DeskFlow", "refund A1")]
+    final = events[-1]
+    assert final.event == "committed"
+    [waiting] = final.data["pendingApprovals"]
+    assert waiting["tool"] == "refund" and waiting["expiresAt"].endswith("Z")
+    decided, _ = engine_with(store, [{"content": "Done."}])
+    streamed = [event async for event in decided.stream(
+        "DeskFlow", None, final.data["session"], approvals=[{"id": waiting["id"], "approved": True}]
+    )]
+    assert streamed[-1].event == "committed" and streamed[-1].data["message"] == "Done."
+    assert "".join(e.data["text"] for e in streamed if e.event == "delta") == "Done."
+    assert APPLIED == [("refund", {"order": "A1", "amount": 250.0})]

@@ -275,3 +275,25 @@ class _LambdaContext(Lambda):
     memory_limit_in_mb = 1024
     log_group_name = "/aws/lambda/picoflow-websocket"
     log_stream_name = "stream"
+
+
+@mock_aws
+def test_a_waiting_call_is_posted_and_decided_over_the_websocket(scripted, monkeypatch):
+    from tests.support import desk_flows
+
+    monkeypatch.setenv("PICOFLOW_FLOWS", desk_flows.__name__)
+    desk_flows.APPLIED.clear()
+    scripted([
+        {"content": "Needs your approval.",
+         "tool_calls": [{"name": "refund", "args": {"order": "A1", "amount": 250}, "id": "c1"}]},
+        {"content": "Refunded."},
+    ])
+    first = Connection()
+    send(first, {"flowName": "DeskFlow", "message": "refund A1"})
+    [waiting] = first.final()["pendingApprovals"]
+    assert waiting["tool"] == "refund" and desk_flows.APPLIED == []
+    decided = Connection()
+    send(decided, {"flowName": "DeskFlow", "session": first.final()["session"],
+                   "approvals": [{"id": waiting["id"], "approved": True}]})
+    assert decided.final()["message"] == "Refunded." and "pendingApprovals" not in decided.final()
+    assert desk_flows.APPLIED == [("refund", {"order": "A1", "amount": 250.0})]
