@@ -426,3 +426,17 @@ async def test_the_committed_stream_event_carries_the_waiting_calls() -> None:
     assert streamed[-1].event == "committed" and streamed[-1].data["message"] == "Done."
     assert "".join(e.data["text"] for e in streamed if e.event == "delta") == "Done."
     assert APPLIED == [("refund", {"order": "A1", "amount": 250.0})]
+
+
+async def test_stored_arguments_changed_after_the_pause_never_run(store: SessionStore) -> None:
+    session, approval = await paused(store)
+    doc = await store.load(session)
+    assert doc is not None
+    doc.approvals[0].calls[0].args = {"order": "A1", "amount": 99999.0}  # the digest still names 250
+    await store.save(doc, doc.revision)
+    engine, _ = engine_with(store, [{"content": "Sorry."}])
+    answered = await engine.run("DeskFlow", None, session, approvals=[{"id": approval, "approved": True}])
+    assert answered.success and APPLIED == []
+    stored = await store.load(session)
+    assert stored is not None and stored.approvals[0].status == "denied"
+    assert any(entry.message == "approval arguments changed" for entry in stored.error)

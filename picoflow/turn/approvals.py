@@ -37,6 +37,8 @@ WAITING = (
 DECLINED = "The {who} declined this call; it did not run."
 DECLINED_WITH_REASON = "The {who} declined this call; it did not run. Their reason: {reason}"
 EXPIRED = "No decision was made in time, so this call was declined; it did not run."
+#: The reason recorded on an approved call whose stored arguments no longer match what was decided.
+TAMPERED_REASON = "the arguments changed after the decision"
 
 
 # -- pausing ------------------------------------------------------------------------------------
@@ -78,6 +80,10 @@ async def settle(flow: Flow, approvals: Sequence[ApprovalDoc], run: RunApproved)
                  for index, call in enumerate(approval.calls)]
         ai = AiMessageEx(step.id, "", tool_calls=calls)
         ai.id = gen_message_id(step.id)
+        if approval.status == "approved" and approval.digest != arguments_digest(approval.step, approval.calls):
+            # The stored arguments are not the ones decided on: the call never runs.
+            flow.logger.error("approval arguments changed", step=step.id, tool=approval.tool, approval=approval.id)
+            approval.status, approval.reason = "denied", TAMPERED_REASON
         if approval.status == "approved":
             messages, extra, finish = await run(step, ai, journal_key(flow, approval))
             if extra is not None:
