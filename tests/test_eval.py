@@ -120,7 +120,7 @@ def test_a_scenario_in_the_originals_format_passes_against_hotelflow_offline(tmp
     turns = turns_of(report)
     assert [turn["passed"] for turn in turns] == [True] * 14
     assert turns[-1]["checks"] == [{"name": "completed", "passed": True, "expected": True, "actual": True}]
-    assert "Hampton Inn Portland-Airport" in turns[-1]["reply"]
+    assert "Hilton Garden Inn Wilsonville Portland" in turns[-1]["reply"]
     assert all(turn["flowTokens"] > 0 for turn in turns)
     output = capsys.readouterr().out
     # A live line per turn, then the table with its columns.

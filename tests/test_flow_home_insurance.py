@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 from collections.abc import Iterator
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,8 @@ import pytest
 import handlers.api as api
 import picoflow.session.document as store_module
 from flows.home_insurance import INTAKE_MEMORY, HomeInsuranceQuoteFlow, presenter
-from flows.home_insurance.rating import QuoteConfig, load_quote_config, quote_id, rate_application
-from flows.home_insurance.records import QuoteApplication, QuoteResult
-from flows.home_insurance.steps import CONTACT_OPENER, PRESENT_OPENER, REFERRAL_OPENER, REVIEW_OPENER
+from flows.home_insurance.rating import QuoteConfig, load_quote_config, quote
+from flows.home_insurance.steps import CONTACT_OPENER, REFERRAL_OPENER, REVIEW_OPENER
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.lifecycle import build_summary_request
@@ -34,6 +33,7 @@ CONVERSATION = json.loads(
 )
 TURNS: list[dict[str, Any]] = CONVERSATION["turns"]
 CONFIG: dict[str, Any] = CONVERSATION["config"]
+RATED_AT = datetime(2027, 7, 15, tzinfo=UTC)
 SUMMARY_INSTRUCTION = build_summary_request([], None)[0].content
 NEW_SESSION_GREETING = "Hello! Let's start a new quote."
 OWNERS = {
@@ -126,14 +126,8 @@ def contents(doc: SessionDoc, namespace: str) -> list[Any]:
     return [m.content for m in doc.flow.memory[namespace].messages[1:]]
 
 
-def quote(doc: SessionDoc) -> QuoteResult:
-    return QuoteResult.model_validate(state(doc, "RateQuoteStep", "quoteResult"))
-
-
-def premium(result: QuoteResult, option_id: str) -> Any:
-    option = result.option(option_id)
-    assert option is not None
-    return option.annual_premium
+def quote_of(doc: SessionDoc) -> Any:
+    return state(doc, "RateQuoteStep", "quoteResult")
 
 
 # -- the scripted conversation through the Lambda handler ---------------------------------------------
@@ -156,195 +150,101 @@ def test_scripted_conversation_end_to_end(handler):
         docs[number], bodies[number] = client.load(session), body
 
     # Turn 1: a new session opens on QualificationStep, in the shared intake namespace.
-    first = docs[1]
-    assert first.flow.current_step == "QualificationStep"
-    assert set(first.flow.memory) == {INTAKE_MEMORY}
+    assert docs[1].flow.current_step == "QualificationStep"
+    assert set(docs[1].flow.memory) == {INTAKE_MEMORY}
     assert bodies[1]["success"] is True and bodies[1]["completed"] is False
-    assert bodies[1]["contentType"] == "text/plain"
 
-    # Turn 2: qualification is saved on its owner; the property interview continues the same history.
+    # Turn 2: qualification is saved on its owner under the record's own keys.
     assert docs[2].flow.current_step == "PropertyStep"
     assert state(docs[2], "QualificationStep", "qualification") == {
-        "state": "OH",
-        "zip_code": "43215",
-        "purchase_status": "owned",
-        "occupancy": "primary",
-        "effective_date": "2025-07-01",
+        "state": "OR", "zip": "97205", "purchaseStatus": "own", "occupancy": "primary", "effectiveDate": "2027-09-01",
     }
     assert authors(docs[2], INTAKE_MEMORY) == {"QualificationStep", "PropertyStep"}
 
-    # Turn 3: the intake namespace reaches 12 messages (system slot included) and is compacted to a summary
-    # plus the newest 6.
-    third = docs[3]
-    intake = third.flow.memory[INTAKE_MEMORY]
+    # Turn 3: the intake namespace reaches 12 messages and is compacted to a summary plus the newest 6.
+    intake = docs[3].flow.memory[INTAKE_MEMORY]
     assert intake.summary == TURNS[2]["replies"][-1]["content"]
     assert len(intake.messages) == 1 + 6
-    assert intake.summarized_through_id.startswith("PropertyStep|")
-    assert state(third, "PropertyStep", "property")["roof_age_years"] == 6
-    summary_call = len(replies(1, 2, 3)) - 1
-    assert client.provider.calls[summary_call][0].content == SUMMARY_INSTRUCTION
+    assert state(docs[3], "PropertyStep", "property")["roofAgeYears"] == 6
+    assert client.provider.calls[len(replies(1, 2, 3)) - 1][0].content == SUMMARY_INSTRUCTION
 
-    # Turns 4-5: risk joins the same history; each interview step has no namespace of its own.
-    assert docs[4].flow.current_step == "RiskStep"
-    fifth = docs[5]
-    assert fifth.flow.current_step == "CoverageStep"
-    assert authors(docs[4], INTAKE_MEMORY) == {"PropertyStep", "RiskStep"}
-    assert not {"QualificationStep", "PropertyStep", "RiskStep"} & set(fifth.flow.memory)
-    assert state(fifth, "RiskStep", "risk") == {
-        "claims_last_five_years": 0,
-        "hazards": ["wood_stove"],
-        "protections": ["monitored_alarm", "smoke_detectors"],
-    }
-    # Second compaction: a rolling summary built on the first one.
-    intake = fifth.flow.memory[INTAKE_MEMORY]
+    # Turn 5: risk saved; a second, rolling summary.
+    assert docs[5].flow.current_step == "CoverageStep"
+    assert state(docs[5], "RiskStep", "risk")["hazards"] == {"pool": False, "trampoline": False, "woodStove": True}
+    intake = docs[5].flow.memory[INTAKE_MEMORY]
     assert intake.summary == TURNS[4]["replies"][-1]["content"]
-    assert len(intake.messages) == 1 + 6
     second_summary = client.provider.calls[len(replies(*range(1, 6))) - 1]
-    assert second_summary[0].content == SUMMARY_INSTRUCTION
     assert TURNS[2]["replies"][-1]["content"] in second_summary[1].content
 
     # Turn 6: coverage saved, review opens with the code's cue in its own namespace.
-    sixth = docs[6]
-    assert sixth.flow.current_step == "ReviewStep"
-    assert state(sixth, "CoverageStep", "coverage")["deductible"] == 2500
-    assert contents(sixth, "home-quote-review")[0] == REVIEW_OPENER
+    assert docs[6].flow.current_step == "ReviewStep"
+    assert state(docs[6], "CoverageStep", "coverage")["deductible"] == 2500
+    assert contents(docs[6], "home-quote-review")[0] == REVIEW_OPENER
 
-    # Turn 7: confirmation -> deterministic rating -> the exact table, returned verbatim as Markdown.
+    # Turn 7: a roof correction goes to PropertyStep (the owner) with the customer's words, then back to review.
     seventh = docs[7]
-    first_quote = quote(seventh)
-    assert seventh.flow.current_step == "PresentQuoteStep"
-    assert first_quote.decision == "eligible" and first_quote.quote_id.startswith("HIQ-20250602-")
-    assert bodies[7] == presenter.options(first_quote)
-    assert state(seventh, "ReviewStep", "confirmedAt")
-    assert state(seventh, "PresentQuoteStep", "presentedQuoteId") == first_quote.quote_id
-    assert state(seventh, "PresentQuoteStep", "needsPresentation") is None
-    parts = {part: state(seventh, owner, part) for part, owner in OWNERS.items()}
-    expected = rate_application(QuoteApplication.model_validate(parts), date(2025, 6, 2))
-    assert first_quote == expected
-    # RateQuoteStep is a logic step: no model call was made for it, and it has no prompt or model override.
-    assert [s.model for s in seventh.flow.steps if s.name == "RateQuoteStep"] == [None]
+    assert seventh.flow.current_step == "ReviewStep"
+    assert state(seventh, "PropertyStep", "property")["roofAgeYears"] == 4
+    assert state(seventh, "PropertyStep", "correctionMode") is None
+    assert TURNS[6]["user"] in contents(seventh, INTAKE_MEMORY)
+    assert contents(seventh, "home-quote-review")[0] == REVIEW_OPENER  # the old review was erased
 
-    # Turn 8: a comparison is a direct table too; no further model call.
-    assert bodies[8] == presenter.comparison(
-        [first_quote.option("ESSENTIAL"), first_quote.option("ENHANCED")], first_quote.quote_id
-    )
-    assert "How do Essential and Enhanced compare?" in contents(docs[8], "home-quote-options")
+    # Turn 8: confirmation -> rating without a model -> the exact table, returned verbatim as Markdown.
+    eighth = docs[8]
+    first_quote = quote_of(eighth)
+    parts = {part: state(eighth, owner, part) for part, owner in OWNERS.items()}
+    assert first_quote == quote(parts, RATED_AT)
+    assert first_quote["decision"] == "eligible" and first_quote["quoteId"].startswith("EHI-20270715-")
+    assert bodies[8] == presenter.options(first_quote)
+    assert state(eighth, "PresentQuoteStep", "presentedQuoteId") == first_quote["quoteId"]
+    assert state(eighth, "PresentQuoteStep", "needsPresentation") is None
+    assert [s.model for s in eighth.flow.steps if s.name == "RateQuoteStep"] == [None]
 
-    # Turn 9: Enhanced is selected on the first quote and contact consent is asked.
-    ninth = docs[9]
-    assert ninth.flow.current_step == "ContactStep"
-    assert state(ninth, "PresentQuoteStep", "selectedOption")["id"] == "ENHANCED"
-    assert state(ninth, "PresentQuoteStep", "selectedOption")["annual_premium"] == str(premium(first_quote, "ENHANCED"))
-    assert contents(ninth, "home-quote-contact")[0] == CONTACT_OPENER
+    # Turn 9: a comparison is a direct table too, in the order asked for.
+    assert bodies[9] == presenter.comparison(first_quote["options"][:2])
 
-    # Turn 10: a roof correction after rating goes to PropertyStep (the owner), then back to review.
+    # Turn 10: a deductible change is written to CoverageStep and re-rated: a new id, lower premiums.
     tenth = docs[10]
-    assert tenth.flow.current_step == "ReviewStep"
-    assert state(tenth, "PropertyStep", "property")["roof_age_years"] == 4
-    assert state(tenth, "PropertyStep", "correctionMode") is None
-    assert state(tenth, "ReviewStep", "confirmedAt") is None  # the changed application must be re-confirmed
-    assert TURNS[9]["user"] in contents(tenth, INTAKE_MEMORY)  # the customer's words reached the owner
-    # The stale selection is still stored until the new quote is presented.
-    assert state(tenth, "PresentQuoteStep", "selectedOption")["id"] == "ENHANCED"
-    # Below the threshold since the second compaction: the rolling summary is unchanged.
-    intake = tenth.flow.memory[INTAKE_MEMORY]
-    assert intake.summary == TURNS[4]["replies"][-1]["content"]
-    assert len(intake.messages) < 12
+    second_quote = quote_of(tenth)
+    assert state(tenth, "CoverageStep", "coverage")["deductible"] == 5000
+    assert second_quote["quoteId"] != first_quote["quoteId"]
+    assert all(new["annualPremium"] < old["annualPremium"]
+               for new, old in zip(second_quote["options"], first_quote["options"], strict=True))
+    assert bodies[10] == presenter.options(second_quote)
+    assert TURNS[8]["user"] not in contents(tenth, "home-quote-options")  # erased on re-entry
 
-    # Turn 11: re-confirmed and re-rated: a new quote id, the stale selection cleared, the old table erased.
-    eleventh = docs[11]
-    second_quote = quote(eleventh)
-    assert eleventh.flow.current_step == "PresentQuoteStep"
-    assert second_quote.quote_id != first_quote.quote_id
-    assert premium(second_quote, "ENHANCED") < premium(first_quote, "ENHANCED")
-    assert state(eleventh, "PresentQuoteStep", "presentedQuoteId") == second_quote.quote_id
-    assert state(eleventh, "PresentQuoteStep", "selectedOption") is None
-    assert bodies[11] == presenter.options(second_quote)
-    options_history = contents(eleventh, "home-quote-options")
-    assert options_history[0] == PRESENT_OPENER and options_history[-1] == bodies[11]
-    assert len(options_history) == 4  # opener, show call, its result, the table: nothing from turns 7-9
-    assert "How do Essential and Enhanced compare?" not in options_history
-
-    # Turn 12: a deductible change is written to CoverageStep and re-rated through RateQuoteStep.
-    twelfth = docs[12]
-    third_quote = quote(twelfth)
-    assert twelfth.flow.current_step == "PresentQuoteStep"
-    assert state(twelfth, "CoverageStep", "coverage")["deductible"] == 5000
-    assert third_quote.quote_id not in {first_quote.quote_id, second_quote.quote_id}
-    assert {option.deductible for option in third_quote.options} == {5000}
-    assert premium(third_quote, "ENHANCED") < premium(second_quote, "ENHANCED")
-    assert state(twelfth, "PresentQuoteStep", "presentedQuoteId") == third_quote.quote_id
-    assert bodies[12] == presenter.options(third_quote)
-    assert TURNS[11]["user"] not in contents(twelfth, "home-quote-options")  # erased on re-entry
-
-    # Turns 13-14: Enhanced of the current quote, explicit consent, completion through the terminal step.
-    assert state(docs[13], "PresentQuoteStep", "selectedOption")["annual_premium"] == str(
-        premium(third_quote, "ENHANCED")
-    )
-    final = docs[14]
-    assert bodies[14]["completed"] is True and bodies[14]["success"] is True
-    assert bodies[14]["message"] == TURNS[13]["replies"][-1]["content"]
-    assert final.run_status == "completed"
-    assert final.flow.current_step == "TerminateSessionStep"
+    # Turns 11-12: Enhanced of the current quote, explicit consent, completion through the terminal step.
+    assert state(docs[11], "PresentQuoteStep", "selectedOption") == second_quote["options"][1]
+    assert contents(docs[11], "home-quote-contact")[0] == CONTACT_OPENER
+    final = docs[12]
+    assert bodies[12]["completed"] is True and final.run_status == "completed"
+    assert bodies[12]["message"] == TURNS[11]["replies"][-1]["content"]
     assert state(final, "ContactStep", "contact") == {
-        "consent": True,
-        "full_name": "Jordan Rivera",
-        "email": "jordan.rivera@example.com",
-        "phone": None,
-        "street_address": None,
-        "quote_id": third_quote.quote_id,
-        "option_id": "ENHANCED",
+        "consentToContact": True, "name": "Jordan Rivera", "email": "jordan.rivera@example.com",
+        "phone": None, "propertyAddress": None,
     }
-    assert "agreed to be contacted" in state(final, "TerminateSessionStep", "_prompt")
+    closing = state(final, "TerminateSessionStep", "_prompt")
+    assert second_quote["quoteId"] in closing and "Enhanced (ENHANCED)" in closing
 
-    # Isolated namespaces hold only their own step's messages; the intake one is shared.
     for namespace, owner in ISOLATED.items():
         assert authors(final, namespace) == {owner}, namespace
-    assert final.flow.memory["home-quote-coverage"].summary is None
-
-    assert [(item.level, item.step_name) for item in final.flow.sequence] == [
-        (1, name)
-        for name in (
-            "QualificationStep",
-            "PropertyStep",
-            "RiskStep",
-            "CoverageStep",
-            "ReviewStep",
-            "RateQuoteStep",
-            "PresentQuoteStep",
-            "ContactStep",
-            "PropertyStep",
-            "ReviewStep",
-            "RateQuoteStep",
-            "PresentQuoteStep",
-            "RateQuoteStep",
-            "PresentQuoteStep",
-            "ContactStep",
-            "TerminateSessionStep",
-        )
+    assert [item.step_name for item in final.flow.sequence] == [
+        "QualificationStep", "PropertyStep", "RiskStep", "CoverageStep", "ReviewStep", "PropertyStep",
+        "ReviewStep", "RateQuoteStep", "PresentQuoteStep", "RateQuoteStep", "PresentQuoteStep", "ContactStep",
+        "TerminateSessionStep",
     ]
-
     usage = [reply["usage"] for turn in TURNS for reply in turn["replies"]]
     inputs, outputs = sum(u["input_tokens"] for u in usage), sum(u["output_tokens"] for u in usage)
-    assert final.tokens.model_dump() == {
-        "input_tokens": inputs,
-        "output_tokens": outputs,
-        "total_tokens": inputs + outputs,
-        "reasoning_tokens": 0,
-        "visible_output_tokens": outputs,
-        "cached_input_tokens": 0,
-        "cache_creation_input_tokens": 0,
-    }
+    assert (final.tokens.input_tokens, final.tokens.output_tokens) == (inputs, outputs)
     assert client.provider.remaining == 1
     # Every stage prompt was rendered completely (a missing value would leave its placeholder visible).
-    assert not [c[0].content for c in client.provider.calls if re.search(r"\{[A-Z_]+\}", c[0].content)]
+    assert not [c[0].content for c in client.provider.calls if re.search(r"\{\{[A-Z_]+\}\}", c[0].content)]
     assert final.revision == len(TURNS)
 
     # A completed session is not resumed: the next message starts a new one.
     status, headers, body = client.run("Hello again", session)
     assert status == 200 and body["message"] == NEW_SESSION_GREETING
     assert headers["chat_session_id"] != session
-    assert client.load(session).run_status == "completed"
 
 
 # -- idle expiry ------------------------------------------------------------------------------------------
@@ -395,172 +295,104 @@ async def _drive(engine: Any, messages: list[str], session: str | None = None) -
 async def test_prose_instead_of_the_show_tool_still_gets_the_code_rendered_table():
     prose = text("Your Enhanced option is only about $800 a year!")
     engine, provider = scripted_engine(
-        [HomeInsuranceQuoteFlow], [*replies(1, 2, 3, 4, 5, 6), TURNS[6]["replies"][0], prose]
+        [HomeInsuranceQuoteFlow], [*replies(1, 2, 3, 4, 5, 6), TURNS[7]["replies"][0], prose]
     )
-    session, responses = await _drive(engine, [turn["user"] for turn in TURNS[:7]])
+    session, responses = await _drive(engine, [turn["user"] for turn in TURNS[:6]] + [TURNS[7]["user"]])
     doc = await engine.session_store.load(session)
-    result = quote(doc)
-    assert responses[-1].message == presenter.options(result)
+    assert responses[-1].message == presenter.options(quote_of(doc))
     assert responses[-1].content_type == presenter.MARKDOWN
     assert state(doc, "PresentQuoteStep", "needsPresentation") is None
     assert "$800" not in json.dumps(doc.flow.memory["home-quote-options"].model_dump(mode="json"))
     assert provider.remaining == 0
 
 
-async def test_unsupported_state_is_referred_with_code_owned_reasons_and_ends():
-    nevada = {**TURNS[1]["replies"][0]["tool_calls"][0]["args"], "state": "NV", "zip_code": "89501"}
+async def test_an_unsupported_state_is_referred_by_code_and_ends():
+    washington = {**TURNS[1]["replies"][0]["tool_calls"][0]["args"], "state": "wa", "zip": "98101"}
     engine, provider = scripted_engine(
         [HomeInsuranceQuoteFlow],
         [
             *replies(1),
-            call(("capture_home_qualification", nevada)),
-            text("Online estimates are not available in Nevada yet; an agent can review your application."),
-            call(("end_home_quote", {})),
-            text("Thank you. Goodbye!"),
+            call(("capture_home_qualification", washington)),
+            call(("finish_home_quote_referral", {"acknowledged": True})),
+            text("Thank you. An agent would need to review it; nothing was bound and no payment taken."),
         ],
     )
-    session, responses = await _drive(
-        engine, [TURNS[0]["user"], "The home is in Reno, Nevada 89501; owned; primary; from July 1, 2025.", "OK, bye."]
-    )
+    session, responses = await _drive(engine, [TURNS[0]["user"], "Seattle, WA 98101; I own it; primary; from Sept 1."])
     doc = await engine.session_store.load(session)
-    assert [item.step_name for item in doc.flow.sequence] == [
-        "QualificationStep",
-        "ReferralStep",
-        "TerminateSessionStep",
-    ]
+    steps = [item.step_name for item in doc.flow.sequence]
+    assert steps == ["QualificationStep", "ReferralStep", "TerminateSessionStep"]
+    assert state(doc, "QualificationStep", "qualification")["state"] == "WA"  # upper-cased by the record
     assert state(doc, "ReferralStep", "decision") == "unsupported"
     assert state(doc, "ReferralStep", "reasonCodes") == ["UNSUPPORTED_STATE"]
-    assert state(doc, "RateQuoteStep", "quoteResult") is None  # nothing was priced
+    assert state(doc, "RateQuoteStep", "quoteResult") is None  # nothing was rated
     assert contents(doc, "home-quote-referral")[0] == REFERRAL_OPENER
-    assert "UNSUPPORTED_STATE" in provider.calls[2][0].content  # the reason reached the prompt from code
+    assert '["UNSUPPORTED_STATE"]' in provider.calls[2][0].content  # the codes reached the prompt from code
     assert responses[-1].completed is True and doc.run_status == "completed"
 
 
-async def test_a_review_correction_goes_to_the_owner_and_returns_to_review():
-    lower_deductible = {**TURNS[5]["replies"][0]["tool_calls"][0]["args"], "deductible": 1000}
+async def test_an_effective_date_outside_the_next_year_is_refused_with_feedback():
+    late = {**TURNS[1]["replies"][0]["tool_calls"][0]["args"], "effectiveDate": "2028-07-16"}
     engine, provider = scripted_engine(
         [HomeInsuranceQuoteFlow],
-        [
-            *replies(1, 2, 3, 4, 5, 6),
-            call(("correct_home_application", {"section": "coverage", "change": "Use the $1,000 deductible."})),
-            call(("capture_home_coverage", lower_deductible)),
-            text("Updated: the deductible is now $1,000. Is everything correct?"),
-        ],
+        [*replies(1), call(("capture_home_qualification", late)), text("That is too far out; which date instead?")],
     )
-    correction = "Actually, make it the $1,000 deductible."
-    session, _ = await _drive(engine, [turn["user"] for turn in TURNS[:6]] + [correction])
-    doc = await engine.session_store.load(session)
-    assert doc.flow.current_step == "ReviewStep"
-    assert [item.step_name for item in doc.flow.sequence][-3:] == ["ReviewStep", "CoverageStep", "ReviewStep"]
-    assert state(doc, "CoverageStep", "coverage")["deductible"] == 1000
-    assert state(doc, "CoverageStep", "correctionMode") is None
-    # The owner saw the request in its turn notes, after the customer's own words in its history.
-    coverage_call = provider.calls[-2]
-    assert "Use the $1,000 deductible." in coverage_call[-1].content
-    assert coverage_call[-2].content == correction
-    assert provider.remaining == 0
-
-
-async def test_tool_feedback_keeps_invalid_or_stale_input_out_of_state():
-    bad_date = {**TURNS[1]["replies"][0]["tool_calls"][0]["args"], "effective_date": "2025-05-01"}
-    engine, provider = scripted_engine(
-        [HomeInsuranceQuoteFlow],
-        [
-            *replies(1),
-            call(("capture_home_qualification", bad_date)),
-            text("That date has passed; when should cover start?"),
-        ],
-    )
-    session, _ = await _drive(engine, [TURNS[0]["user"], "Ohio 43215, owned, primary, from May 1, 2025."])
+    session, _ = await _drive(engine, [TURNS[0]["user"], "Portland 97205, owned, primary, from July 16, 2028."])
     doc = await engine.session_store.load(session)
     assert doc.flow.current_step == "QualificationStep"
     assert state(doc, "QualificationStep", "qualification") is None
     tool_result = provider.calls[-1][-2]  # the last message is the step's turn notes
-    assert tool_result.type == "tool" and "after 2025-06-02" in tool_result.content
+    assert tool_result.type == "tool" and "after 2027-07-15 and no more than one year later" in tool_result.content
 
 
-async def test_selecting_an_option_of_another_quote_is_refused():
+async def test_an_update_year_before_the_home_was_built_is_refused():
+    early = {**TURNS[2]["replies"][0]["tool_calls"][0]["args"], "hvacUpdatedYear": 1990}
     engine, provider = scripted_engine(
         [HomeInsuranceQuoteFlow],
-        [*replies(1, 2, 3, 4, 5, 6, 7), call(("select_home_quote_option", {"option_id": "GOLD"})), text("Which one?")],
+        [*replies(1, 2), call(("capture_home_property", early)), text("Could you check the HVAC year?"),
+         {"for": "summary", "content": "Asked to check the HVAC year."}],
     )
-    session, _ = await _drive(engine, [turn["user"] for turn in TURNS[:7]] + ["I'll take Gold."])
+    session, _ = await _drive(engine, [turn["user"] for turn in TURNS[:2]] + ["HVAC done in 1990."])
+    doc = await engine.session_store.load(session)
+    assert doc.flow.current_step == "PropertyStep" and state(doc, "PropertyStep", "property") is None
+    assert provider.calls[-2][-2].content == "The HVAC update year must be between the year built and 2027, or null."
+
+
+async def test_selecting_an_option_that_is_not_in_the_quote_is_refused():
+    engine, provider = scripted_engine(
+        [HomeInsuranceQuoteFlow],
+        [*replies(*range(1, 9)), call(("select_home_quote_option", {"optionId": "GOLD"})), text("Which one?")],
+    )
+    session, _ = await _drive(engine, [turn["user"] for turn in TURNS[:8]] + ["I'll take Gold."])
     doc = await engine.session_store.load(session)
     assert doc.flow.current_step == "PresentQuoteStep"
     assert state(doc, "PresentQuoteStep", "selectedOption") is None
-    assert provider.calls[-1][-2].content == "Choose one current option id: ESSENTIAL, ENHANCED, PREMIER."
-    assert provider.calls[-1][-1].content.endswith("Option chosen so far (null when none): null")
+    assert provider.calls[-1][-1].content == "Choose one current option ID: ESSENTIAL, ENHANCED, PREMIER."
+
+
+async def test_declining_contact_keeps_no_details():
+    engine, _ = scripted_engine(
+        [HomeInsuranceQuoteFlow],
+        [
+            *replies(*range(1, 12)),
+            call(("capture_home_quote_contact", {"consentToContact": False, "name": "Jordan", "email": None,
+                                                 "phone": "555-0100", "propertyAddress": None})),
+            text("Understood; nothing was kept. No coverage is bound and no payment was taken."),
+        ],
+    )
+    session, responses = await _drive(engine, [turn["user"] for turn in TURNS[:11]] + ["No thanks, no contact."])
+    doc = await engine.session_store.load(session)
+    assert responses[-1].completed is True
+    assert state(doc, "ContactStep", "contact") == {
+        "consentToContact": False, "name": None, "email": None, "phone": None, "propertyAddress": None,
+    }
 
 
 # -- the rating rules without any model --------------------------------------------------------------------
 
 
-def _application_with(**changes: dict[str, Any]) -> QuoteApplication:
-    base = {
-        "qualification": TURNS[1]["replies"][0]["tool_calls"][0]["args"],
-        "property": TURNS[2]["replies"][0]["tool_calls"][0]["args"],
-        "risk": TURNS[4]["replies"][0]["tool_calls"][0]["args"],
-        "coverage": TURNS[5]["replies"][0]["tool_calls"][0]["args"],
-    }
-    return QuoteApplication.model_validate({part: {**base[part], **changes.get(part, {})} for part in base})
-
-
-TODAY = date(2025, 6, 2)
-
-
-def test_rating_is_deterministic_and_input_derived():
-    application = _application_with()
-    first, again = rate_application(application, TODAY), rate_application(application.model_copy(deep=True), TODAY)
-    assert first == again
-    assert first.option_ids() == ["ESSENTIAL", "ENHANCED", "PREMIER"]
-    assert first.valid_through == date(2025, 7, 2)
-    assert [str(option.annual_premium) for option in first.options] == ["866.49", "894.31", "1002.60"]
-    assert all(option.monthly_estimate == round(option.annual_premium / 12, 2) for option in first.options)
-    # List order in the input does not matter; the rating date does.
-    reordered = _application_with(risk={"protections": ["smoke_detectors", "monitored_alarm"]})
-    assert quote_id(reordered, TODAY) == first.quote_id
-    assert quote_id(application, TODAY + timedelta(days=1)) != first.quote_id
-
-
-def test_a_higher_deductible_lowers_every_premium_and_changes_the_id():
-    before = rate_application(_application_with(), TODAY)
-    after = rate_application(_application_with(coverage={"deductible": 5000}), TODAY)
-    assert after.quote_id != before.quote_id
-    assert all(new.annual_premium < old.annual_premium for new, old in zip(after.options, before.options, strict=True))
-
-
-@pytest.mark.parametrize(
-    ("changes", "decision", "codes"),
-    [
-        ({"qualification": {"state": "NV"}}, "unsupported", ["UNSUPPORTED_STATE"]),
-        ({"property": {"roof_age_years": 22}}, "referral", ["ROOF_AGE"]),
-        ({"property": {"roof_material": "wood_shake"}}, "referral", ["ROOF_MATERIAL"]),
-        ({"risk": {"claims_last_five_years": 3}}, "referral", ["CLAIMS_FREQUENCY"]),
-        ({"coverage": {"dwelling_limit": 1_200_000}}, "referral", ["HIGH_DWELLING_LIMIT"]),
-        (
-            {"qualification": {"occupancy": "rental"}, "property": {"roof_age_years": 25}},
-            "referral",
-            ["RENTAL_OCCUPANCY", "ROOF_AGE"],
-        ),
-        (
-            {"property": {"year_built": 1925, "systems_updated_year": None, "roof_age_years": 5}},
-            "referral",
-            ["DWELLING_AGE"],
-        ),
-        ({"property": {"year_built": 1925, "systems_updated_year": 2020, "roof_age_years": 5}}, "eligible", []),
-    ],
-)
-def test_referrals_and_unsupported_states_carry_codes_and_no_premiums(changes, decision, codes):
-    result = rate_application(_application_with(**changes), TODAY)
-    assert result.decision == decision
-    assert result.reason_codes == codes
-    if decision != "eligible":
-        assert result.options == [] and result.quote_id is None
-
-
-def test_the_rules_file_is_validated_for_completeness():
+def test_the_rules_file_is_validated():
     raw = json.loads((Path(__file__).resolve().parents[1] / "flows/home_insurance/quote_config.json").read_text())
-    assert load_quote_config().rules_version == raw["rulesVersion"]
-    del raw["stateFactors"]["OH"]
-    with pytest.raises(ValueError, match="stateFactors"):
+    assert load_quote_config().rulesVersion == raw["rulesVersion"] == "2027.1-demo"
+    raw["protectionDiscounts"]["sprinklerSystem"] = 0.9
+    with pytest.raises(ValueError, match="sprinklerSystem"):
         QuoteConfig.model_validate(raw)

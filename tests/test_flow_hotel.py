@@ -15,7 +15,7 @@ from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
 import handlers.api as api
 from flows.hotel import HotelFlow, booking, catalog, chart, contract
-from flows.hotel.pricing import holidays, nightly_price, quote
+from flows.hotel.pricing import day_price, prices
 from flows.hotel.steps import ExploreStep
 from picoflow import FlowEngine
 from picoflow.aws import runtime as aws_runtime
@@ -39,75 +39,78 @@ SUITES = {
 }
 
 
-# -- pricing ---------------------------------------------------------------------------------------
+# -- pricing (the bundled server) ---------------------------------------------------------------------
 
 
-def test_weekend_surcharge_applies_to_friday_and_saturday_nights() -> None:
-    # March has no season multiplier and no holiday in this week.
-    prices = {day: nightly_price(100, "one bed", date(2026, 3, day)) for day in range(2, 9)}
-    assert prices == {2: 100.0, 3: 100.0, 4: 100.0, 5: 100.0, 6: 115.0, 7: 115.0, 8: 100.0}
+def bundled(criteria: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bundled server's answer for the flow's criteria, each entry also under the flow's ``hotel`` key."""
+    request = {
+        "startDate": criteria["start"], "endDate": criteria["end"], "amenities": criteria.get("amenities") or [],
+        "roomTypes": [criteria["room_type"]],
+        "budget": {"min": criteria.get("min_price"), "max": criteria.get("max_price")},
+        "maxDistanceMiles": {"airport": criteria.get("max_airport_miles"),
+                             "cityCenter": criteria.get("max_city_center_miles")},
+    }
+    return [{"hotel": entry["hotelName"], **entry} for entry in catalog.search(request)]
 
 
-def test_room_season_and_holiday_multipliers_compound() -> None:
-    assert nightly_price(100, "suite", date(2026, 3, 3)) == 160.0
-    assert nightly_price(100, "one bed", date(2026, 11, 26)) == 130.0  # Thanksgiving, a Thursday
-    # 4 July 2026 is a Saturday in July: season 1.3, weekend 1.15 and holiday 1.3.
-    assert nightly_price(100, "one bed", date(2026, 7, 4)) == 194.35
+def test_month_room_weekend_and_holiday_multipliers_compound() -> None:
+    # Wednesday 1 July 2026 to Monday 6 July: July 1.8, two beds 1.6, Saturday and Sunday 1.15, 4 July 1.2.
+    assert [round(price, 4) for price in prices(108, "two beds", date(2026, 7, 1), date(2026, 7, 6))] == [
+        311.04, 311.04, 311.04, 429.2352, 357.696, 311.04]
+    assert day_price(100, "suite", date(2026, 3, 3)) == 300.0  # March 1.2 x suite 2.5
+    assert day_price(100, None, date(2026, 10, 14)) == pytest.approx(180.0)  # October 1.5 x the 14 October holiday
+    assert day_price(100, "one bed", date(2026, 11, 26)) == 120.0  # Thanksgiving 2026 is not on its list
 
 
-def test_floating_holidays_are_computed_for_each_year() -> None:
-    """The original reused 2025 dates by month and day, so 2027's Thanksgiving landed on the 27th."""
-    assert {date(2025, 11, 27), date(2025, 5, 26), date(2025, 9, 1)} <= holidays(2025)
-    in_2027 = holidays(2027)
-    assert {date(2027, 11, 25), date(2027, 5, 31), date(2027, 9, 6), date(2027, 1, 18), date(2027, 2, 15)} <= in_2027
-    assert not {date(2027, 11, 27), date(2027, 5, 26), date(2027, 9, 1)} & in_2027
-    assert len(in_2027) == 11
-    assert nightly_price(100, "one bed", date(2027, 11, 25)) == 130.0
-    assert nightly_price(100, "one bed", date(2027, 11, 27)) == 115.0  # only the Saturday surcharge
-
-
-def test_nothing_to_price_yields_no_quote() -> None:
-    """The original guard could never fire, so an empty stay matched every hotel at $0.00."""
-    day = date(2026, 7, 1)
-    assert quote(100, "one bed", day, day) is None
-    assert quote(None, "one bed", day, date(2026, 7, 2)) is None
-    assert quote(100, "one bed", day, date(2026, 7, 3)) == [130.0, 130.0]
-    assert catalog.search({**SUITES, "end": SUITES["start"]}) == []
+def test_every_day_of_the_stay_is_priced_check_out_day_included() -> None:
+    assert len(prices(100, "one bed", date(2026, 7, 1), date(2026, 7, 6)) or []) == 6
+    assert prices(100, "one bed", date(2026, 7, 1), date(2026, 7, 1)) == [180.0]
+    # Dates given the wrong way round are swapped; a hotel without a base price has no prices.
+    assert prices(100, "one bed", date(2026, 7, 3), date(2026, 7, 1)) == prices(
+        100, "one bed", date(2026, 7, 1), date(2026, 7, 3))
+    assert prices(None, "one bed", date(2026, 7, 1), date(2026, 7, 2)) is None
+    assert prices(0, "one bed", date(2026, 7, 1), date(2026, 7, 2)) is None
 
 
 def test_a_hotel_without_a_base_price_is_not_offered(monkeypatch: pytest.MonkeyPatch) -> None:
     unpriced = {**catalog.hotel("Hilton Garden Inn Beaverton"), "level": None}
     priced = catalog.hotel("Hampton Inn Sherwood Portland")
     monkeypatch.setattr(catalog, "hotels", lambda: (unpriced, priced))
-    assert [entry["hotel"] for entry in catalog.search(SUITES)] == ["Hampton Inn Sherwood Portland"]
+    assert [entry["hotel"] for entry in bundled(SUITES)] == ["Hampton Inn Sherwood Portland"]
 
 
 # -- search and choices ----------------------------------------------------------------------------
 
 
-def test_search_filters_room_amenities_and_sorts_by_total() -> None:
-    found = catalog.search(SUITES)
+def test_search_keeps_catalog_order_and_sums_every_priced_day() -> None:
+    found = bundled(SUITES)
     assert [(entry["hotel"], entry["total"]) for entry in found] == [
-        ("Hilton Garden Inn Beaverton", 1197.64),
-        ("Hampton Inn Sherwood Portland", 1268.1),
-        ("Hampton Inn & Suites Portland Tigard", 1362.02),
-        ("Hilton Garden Inn Portland Airport", 1502.93),
+        ("Hilton Garden Inn Beaverton", 2997.27),
+        ("Hampton Inn Sherwood Portland", 3173.58),
     ]
-    assert found[0]["nights"] == ["2026-07-01", "2026-07-02", "2026-07-03", "2026-07-04", "2026-07-05"]
-    assert found[0]["prices"] == [212.16, 212.16, 243.98, 317.18, 212.16]
-    assert len(catalog.search({**SUITES, "room_type": "two beds"})) == 9
+    assert found[0]["prices"] == [459.0, 459.0, 459.0, 633.42, 527.85, 459.0]
+    two_beds = [entry["hotel"] for entry in bundled({**SUITES, "room_type": "two beds"})]
+    assert two_beds == [
+        "Hampton Inn & Suites Portland Tigard", "Hampton Inn Portland-Airport", "Hilton Garden Inn Portland Airport",
+        "Hilton Garden Inn Beaverton", "Hampton Inn Portland/Clackamas", "Tru by Hilton Aloha Beaverton",
+        "Hampton Inn Portland East", "Hampton Inn Sherwood Portland", "Hilton Garden Inn Wilsonville Portland",
+    ]
 
 
 def test_search_applies_budget_and_distance_limits() -> None:
     def names(**extra: Any) -> list[str]:
-        return [entry["hotel"] for entry in catalog.search({**SUITES, **extra})]
+        return [entry["hotel"] for entry in bundled({**SUITES, "room_type": "two beds", **extra})]
 
-    # Every night must fit: Sherwood's $335.84 Saturday fits $340, Tigard's $360.71 does not.
-    assert names(max_price=340) == ["Hilton Garden Inn Beaverton", "Hampton Inn Sherwood Portland"]
-    assert names(max_price=300) == []
-    assert names(min_price=240) == ["Hampton Inn & Suites Portland Tigard", "Hilton Garden Inn Portland Airport"]
-    assert names(max_airport_miles=5) == ["Hilton Garden Inn Portland Airport"]
-    assert names(max_city_center_miles=9) == ["Hampton Inn & Suites Portland Tigard"]
+    # The dearest day must fit the maximum, the cheapest the minimum; 0 is no limit, as in the original.
+    assert names(max_price=420) == ["Hilton Garden Inn Beaverton"]  # Sherwood's $429.24 Saturday is too dear
+    assert names(max_price=0) == names()
+    assert names(min_price=340) == ["Hampton Inn Portland-Airport", "Hilton Garden Inn Portland Airport",
+                                    "Hampton Inn Portland East", "Hilton Garden Inn Wilsonville Portland"]
+    # Distances are strict: an airport 3 miles away is not "within 3 miles".
+    assert names(max_airport_miles=3) == ["Hampton Inn Portland-Airport"]
+    assert names(max_city_center_miles=8) == []
+    assert names(max_city_center_miles=8.5) == ["Hampton Inn Portland/Clackamas"]
 
 
 def test_date_rules() -> None:
@@ -120,13 +123,13 @@ def test_date_rules() -> None:
 
 
 def test_pick_resolves_numbers_and_names_and_refuses_the_rest() -> None:
-    found = catalog.search({**SUITES, "room_type": "two beds"})
+    found = bundled({**SUITES, "room_type": "two beds"})
     assert [e["hotel"] for e in booking.pick(found, ["9", "#2", "tru by hilton aloha beaverton"])] == [
+        "Hilton Garden Inn Wilsonville Portland",
         "Hampton Inn Portland-Airport",
-        "Hampton Inn Sherwood Portland",
         "Tru by Hilton Aloha Beaverton",
     ]
-    for refs in (["10"], ["0"], ["The Ritz"], ["2", "Hampton Inn Sherwood Portland"], []):
+    for refs in (["10"], ["0"], ["The Ritz"], ["2", "Hampton Inn Portland-Airport"], []):
         assert booking.pick(found, refs) is None
 
 
@@ -280,7 +283,7 @@ async def test_unknown_hotels_are_refused_before_comparing_or_booking() -> None:
             _call("go_compare", {"hotels": ["2", "The Ritz"]}),
             _reply("Please pick two hotels from the list."),
             _call("chosen_hotel", {"hotel": "The Ritz"}),
-            _reply("The Ritz is not in the list; choose 1 to 4."),
+            _reply("The Ritz is not in the list; choose 1 or 2."),
             _call("chosen_hotel", {"hotel": "hampton inn sherwood portland"}),
         ]
     )
@@ -291,7 +294,7 @@ async def test_unknown_hotels_are_refused_before_comparing_or_booking() -> None:
     assert response.completed is False and doc.flow.current_step == "PresentStep"
     assert _tool_results(doc, "PresentStep")[-2:] == [
         "Ask the user for at least two different hotels from the list to compare.",
-        "'The Ritz' is not in the list. Ask the user to choose 1 to 4.",
+        "'The Ritz' is not in the list. Ask the user to choose 1 to 2.",
     ]
     assert "booking" not in doc.flow.steps[1].state
 
@@ -304,19 +307,21 @@ async def test_unknown_hotels_are_refused_before_comparing_or_booking() -> None:
 async def test_compare_history_is_erased_on_every_entry() -> None:
     session = Session(
         [
-            _call("capture_choices", {"criteria": SUITES}),
-            _reply("1-4 listed"),
+            _call("capture_choices", {"criteria": {**SUITES, "room_type": "two beds"}}),
+            _reply("1-9 listed"),
             _call("go_compare", {"hotels": ["1", "2"]}),
             _call("generate_comparison", {"hotels": ["1", "2"], "feature": "distance"}),
             _call("resume_booking", {}),
-            _reply("1-4 listed again"),
+            _reply("1-9 listed again"),
             _call("go_compare", {"hotels": ["3", "4"]}),
             _call("generate_comparison", {"hotels": ["3", "4"], "feature": "room type"}),
         ]
     )
     await session.say("search")
     first = await session.say("compare 1 and 2 on distance")
-    assert first.message.startswith("| Feature     | Hilton Garden Inn Beaverton | Hampton Inn Sherwood Portland |")
+    header = first.message.splitlines()[0]
+    assert header.startswith("| Feature") and "Hampton Inn & Suites Portland Tigard" in header
+    assert "Hampton Inn Portland-Airport" in header
     await session.say("back to the list")
     second = await session.say("compare 3 and 4 on room type")
     doc = await session.doc()
@@ -389,17 +394,17 @@ def turns(moto_dynamodb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 PRICE_TABLE = """\
-| Feature   | Hampton Inn Sherwood Portland | Tru by Hilton Aloha Beaverton | Hilton Garden Inn Wilsonville Portland |
-| --------- | ----------------------------- | ----------------------------- | -------------------------------------- |
-| Wed 07/01 | $175.50                       | $188.50                       | $198.25                                |
-| Thu 07/02 | $175.50                       | $188.50                       | $198.25                                |
-| Fri 07/03 | $201.82                       | $216.77                       | $227.99                                |
-| Sat 07/04 | $262.37                       | $281.81                       | $296.38                                |
-| Sun 07/05 | $175.50                       | $188.50                       | $198.25                                |
-| Total     | $990.69                       | $1,064.08                     | $1,119.12                              |
+| Feature   | Hampton Inn Portland-Airport | Hampton Inn Portland/Clackamas | Hampton Inn Portland East |
+| --------- | ---------------------------- | ------------------------------ | ------------------------- |
+| Wed 07/01 | $383.04                      | $331.20                        | $342.72                   |
+| Thu 07/02 | $383.04                      | $331.20                        | $342.72                   |
+| Fri 07/03 | $383.04                      | $331.20                        | $342.72                   |
+| Sat 07/04 | $528.60                      | $457.06                        | $472.95                   |
+| Sun 07/05 | $440.50                      | $380.88                        | $394.13                   |
+| Total     | $2,118.21                    | $1,831.54                      | $1,895.24                 |
 
 Another comparison, or ready to book?"""
-COMPARED = ["Hampton Inn Sherwood Portland", "Tru by Hilton Aloha Beaverton", "Hilton Garden Inn Wilsonville Portland"]
+COMPARED = ["Hampton Inn Portland-Airport", "Hampton Inn Portland/Clackamas", "Hampton Inn Portland East"]
 
 
 def _system_text(call: list[Any]) -> str:
@@ -437,8 +442,8 @@ def test_conversation_criteria_are_owned_by_explore_and_results_stay_transient(t
         for step in turn.json["flow"]["steps"]:
             assert "_transient" not in step["state"] and "hotels" not in step["state"]
     # The results reached the presentation prompt even though they were never stored.
-    assert "1. Hilton Garden Inn Beaverton - total $1,197.64" in _system_text(searched.calls[-2])
-    assert "9. Hampton Inn Portland-Airport - total $1,220.01" in _system_text(turns[8].calls[-2])
+    assert "1. Hilton Garden Inn Beaverton - total $2,538.27" in _system_text(searched.calls[-2])
+    assert "9. Hilton Garden Inn Wilsonville Portland - total $1,943.02" in _system_text(turns[8].calls[-2])
 
 
 def test_conversation_compacts_the_explore_history(turns: list[Turn]) -> None:
@@ -489,8 +494,8 @@ def test_conversation_comparisons_are_returned_directly(turns: list[Turn]) -> No
     assert last.type == "ai" and last.additional_kwargs == {"direct": True} and last.content == PRICE_TABLE
 
     amenities = turns[10].body["message"]
-    assert amenities.startswith(f"| Feature          | {' | '.join(COMPARED)} |")
-    assert "| indoorPool       | ✅                             | ❌ " in amenities
+    assert amenities.startswith(f"| Feature         | {' | '.join(COMPARED)} |")
+    assert "| indoorPool      | ❌                            | ✅ " in amenities
     # The bundled server reports every amenity, so the table is the catalog's, with nothing unknown.
     records = [catalog.hotel(name) for name in COMPARED]
     offered = sorted({name for record in records for name, on in record["amenities"].items() if on})
@@ -507,14 +512,14 @@ def test_conversation_books_and_terminates(turns: list[Turn]) -> None:
     final = turns[-1]
     session = final.body["session"]
     booked = final.state("PresentStep")["booking"]
-    number = booking.confirmation_number(session, "Hampton Inn Portland-Airport")
+    number = booking.confirmation_number(session, "Hilton Garden Inn Wilsonville Portland")
     assert booked == {
-        "hotel": "Hampton Inn Portland-Airport",
+        "hotel": "Hilton Garden Inn Wilsonville Portland",
         "confirmation": number,
         "room_type": "two beds",
         "start": "2026-07-01",
         "end": "2026-07-06",
-        "total": 1220.01,
+        "total": 1943.02,
     }
     assert f"Confirmation number: {number}" in final.body["message"]
     assert final.doc.run_status == "completed"
@@ -573,7 +578,7 @@ def test_another_search_server_changes_the_hotels_presented_and_nothing_else(
     transport: str, turns: list[Turn], moto_dynamodb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     suites, two_beds = _other_server_hotels("suite"), _other_server_hotels("two beds")
-    bundled_two_beds = [entry["hotel"] for entry in catalog.search({**SUITES, "room_type": "two beds"})]
+    bundled_two_beds = [entry["hotel"] for entry in bundled({**SUITES, "room_type": "two beds"})]
     assert not {name for name, _ in suites + two_beds} & {hotel["name"] for hotel in catalog.hotels()}
     # The model names hotels from the list it was shown: the same positions of the other server's list.
     replies = _renamed(scripted_replies(), dict(zip(bundled_two_beds, [name for name, _ in two_beds], strict=False)))

@@ -478,11 +478,11 @@ def test_a_whole_hotel_conversation_in_the_page(page, start_api, problems):
             table = last_bot(page).locator("table")
             assert table.count() == 1
             header = table.locator("thead th").all_text_contents()
-            assert header == ["Feature", "Hampton Inn Sherwood Portland", "Tru by Hilton Aloha Beaverton",
-                              "Hilton Garden Inn Wilsonville Portland"]
+            assert header == ["Feature", "Hampton Inn Portland-Airport", "Hampton Inn Portland/Clackamas",
+                              "Hampton Inn Portland East"]
             rows = table.locator("tbody tr")
             assert rows.count() == 6
-            assert rows.last.locator("td").all_text_contents() == ["Total", "$990.69", "$1,064.08", "$1,119.12"]
+            assert rows.last.locator("td").all_text_contents() == ["Total", "$2,118.21", "$1,831.54", "$1,895.24"]
             assert "|" not in last_bot(page).inner_text()
             assert "Another comparison, or ready to book?" in last_bot(page).locator("p").last.inner_text()
             assert doc["flow"]["currentStep"] == "CompareStep"

@@ -123,7 +123,7 @@ def test_hotelflow_conversation_searches_through_the_mcp_server(transport: str, 
         if server is not None:
             server.stop()
     assert last["completed"] is True
-    assert booking.confirmation_number(session, "Hampton Inn Portland-Airport") in last["message"]
+    assert booking.confirmation_number(session, "Hilton Garden Inn Wilsonville Portland") in last["message"]
     if server is not None:
         # Every turn that shows results searched again on the separate server: the searches went there.
         assert server.log.read_text(errors="replace").count('"POST /mcp HTTP/1.1" 200') >= 8

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from flows.home_insurance.records import CorrectionArgs
+from typing import Any
+
 from flows.home_insurance.steps import (
     ContactStep,
     CoverageStep,
@@ -14,7 +15,7 @@ from flows.home_insurance.steps import (
     ReviewStep,
     RiskStep,
 )
-from picoflow import Flow, ModelSelection, Step, TerminateSessionStep, ToolSpec
+from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
 from picoflow.stores import SessionDoc
 
 #: The three interview steps share this history, since a correction often spans them.
@@ -27,7 +28,7 @@ class HomeInsuranceQuoteFlow(Flow):
     """A preliminary home insurance quote in ten registered steps.
 
     Interview (qualification, property, risk, coverage), a review gate, deterministic rating, exact
-    quote tables with re-rating, and consent-gated contact details.
+    quote tables with re-rating, and consent-gated contact details for an agent's follow-up.
     """
 
     def __init__(self) -> None:
@@ -38,7 +39,10 @@ class HomeInsuranceQuoteFlow(Flow):
         ).set_summary_config(min_messages=12, recent_messages=6).enable_summary(INTAKE_MEMORY)
 
     def config_model(self) -> ModelSelection:
-        return ModelSelection(provider="openai", name="gpt-4o")
+        return ModelSelection(provider="openai", name="gpt-4o", retry_attempts=3)
+
+    def config_llm_call_policy(self) -> dict[str, Any]:
+        return {"timeout_ms": 120_000}
 
     def define_steps(self) -> list[Step]:
         return [
@@ -57,16 +61,6 @@ class HomeInsuranceQuoteFlow(Flow):
 
     def initial_step(self) -> type[Step]:
         return QualificationStep
-
-    def define_tools(self) -> list[ToolSpec]:
-        # Shared by every stage after the interview, so it is defined once for the flow.
-        return [
-            ToolSpec(
-                name="correct_home_application",
-                description="Send a correction of an application detail to the stage that owns it.",
-                schema=CorrectionArgs,
-            )
-        ]
 
     async def on_restore_session_doc(self, doc: SessionDoc) -> SessionDoc | None:
         restored = await super().on_restore_session_doc(doc)

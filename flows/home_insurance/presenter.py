@@ -1,80 +1,63 @@
-"""Markdown renderings of a quote, produced by code so no model ever restates a price."""
+"""Markdown renderings of a quote, produced by code so no model ever restates a price.
+
+Both take the quote result JSON of ``flows.home_insurance.rating.quote`` (or its options).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from decimal import Decimal
-
-from flows.home_insurance.records import QuoteOption, QuoteResult
+from typing import Any
 
 MARKDOWN = "text/markdown"
-DISCLOSURE = (
-    "This is a preliminary, non-binding estimate: it does not bind coverage, it is not a policy "
-    "and it is not proof of insurance."
-)
+DISCLOSURE = "This is a non-binding estimate: it is not proof of insurance and not an offer to bind coverage."
 
 
-def usd(amount: Decimal | int) -> str:
-    """US dollars with thousands separators; cents only when the amount has them."""
-    value = Decimal(amount)
-    return f"${value:,.2f}" if value != value.to_integral_value() else f"${value:,.0f}"
+def usd(amount: float) -> str:
+    """US dollars with thousands separators and cents, e.g. ``$1,556.12`` or ``$450,000.00``."""
+    return f"-${-amount:,.2f}" if amount < 0 else f"${amount:,.2f}"
 
 
-def label(name: str) -> str:
-    """A snake_case code as words: ``water_backup`` -> ``Water backup``."""
-    return name.replace("_", " ").capitalize()
-
-
-def options(result: QuoteResult) -> str:
-    """The full option table of an eligible quote, with its id, validity and disclosure."""
+def options(result: dict[str, Any]) -> str:
+    """The option table of an eligible quote, with its reference, validity and disclosure."""
     rows = [
-        f"### Preliminary home insurance quote {result.quote_id}",
+        f"### Preliminary home insurance quote {result['quoteId']}",
         "",
-        "| Option | Annual premium | Monthly estimate | Dwelling | Extended dwelling | Deductible | Liability "
-        "| Endorsements |",
+        "| Option | Annual premium | Monthly estimate | Dwelling | Extension | Deductible | Liability | Endorsements |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for option in result.options:
-        rows.append(
-            f"| {option.name} (`{option.id}`) | {usd(option.annual_premium)} | {usd(option.monthly_estimate)} "
-            f"| {usd(option.dwelling_limit)} | {usd(option.extended_dwelling_limit)} | {usd(option.deductible)} "
-            f"| {usd(option.liability_limit)} | {_endorsements(option)} |"
-        )
+    rows += [
+        _row(f"{o['name']} ({o['id']})", usd(o["annualPremium"]), usd(o["monthlyPremium"]), usd(o["dwellingCoverage"]),
+             f"{o['dwellingExtensionPercent']}%", usd(o["deductible"]), usd(o["liabilityLimit"]), _endorsements(o))
+        for o in result["options"]
+    ]
     rows += [
         "",
-        f"Valid through {result.valid_through} (rules {result.rules_version}). {DISCLOSURE}",
-        "Reply with an option id to choose it, ask to compare options, or ask for a different deductible.",
+        f"Valid through {result['validThrough']} (demo rules {result['rulesVersion']}). {DISCLOSURE}",
+        "You can compare options, change the deductible, or select an option for an agent to follow up.",
     ]
     return "\n".join(rows)
 
 
-def comparison(chosen: Sequence[QuoteOption], quote_id: str | None = None) -> str:
-    """A side-by-side table of already priced options, cheapest first, with the yearly differences."""
-    ordered = sorted(chosen, key=lambda option: option.annual_premium)
+def comparison(chosen: Sequence[dict[str, Any]]) -> str:
+    """A table of already priced options, in the order asked for."""
     rows = [
-        f"### Comparing options of quote {quote_id}" if quote_id else "### Comparing options",
+        "### Quote comparison",
         "",
-        "| | " + " | ".join(f"{option.name} (`{option.id}`)" for option in ordered) + " |",
-        "| --- |" + " ---: |" * len(ordered),
-        _row("Annual premium", [usd(option.annual_premium) for option in ordered]),
-        _row("Monthly estimate", [usd(option.monthly_estimate) for option in ordered]),
-        _row("Extended dwelling", [usd(option.extended_dwelling_limit) for option in ordered]),
-        _row("Deductible", [usd(option.deductible) for option in ordered]),
-        _row("Liability", [usd(option.liability_limit) for option in ordered]),
-        _row("Endorsements", [_endorsements(option) for option in ordered]),
-        "",
+        "| Option | Annual premium | Monthly estimate | Deductible | Liability | Extension | Endorsements |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    cheapest = ordered[0]
-    for option in ordered[1:]:
-        extra = option.annual_premium - cheapest.annual_premium
-        rows.append(f"- {option.name} costs {usd(extra)} more per year than {cheapest.name}.")
-    rows += ["", DISCLOSURE]
+    rows += [
+        _row(f"{o['name']} ({o['id']})", usd(o["annualPremium"]), usd(o["monthlyPremium"]), usd(o["deductible"]),
+             usd(o["liabilityLimit"]), f"{o['dwellingExtensionPercent']}%", _endorsements(o))
+        for o in chosen
+    ]
+    rows += ["", "Would you like to select one of them, compare others, or change the deductible?"]
     return "\n".join(rows)
 
 
-def _row(title: str, cells: list[str]) -> str:
-    return f"| {title} | " + " | ".join(cells) + " |"
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
 
 
-def _endorsements(option: QuoteOption) -> str:
-    return ", ".join(label(name) for name in option.endorsements) or "None"
+def _endorsements(option: dict[str, Any]) -> str:
+    return ", ".join(option["endorsements"]) or "None"

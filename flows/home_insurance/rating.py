@@ -1,149 +1,105 @@
-"""Deterministic eligibility and rating from the versioned (fictional) rules in ``quote_config.json``.
+"""Evergreen Home Insurance's demo rating rules, as code: an application in, a decision and priced options out.
 
-No model takes part here: the same application and date always give the same decision, reason codes,
-quote id and premiums. The rules file is validated once, when this module is imported.
+``quote(application, current_date)`` takes a quote application as JSON (the camelCase records the flow's
+steps save: ``qualification``, ``property``, ``risk``, ``coverage``) and returns the quote result as JSON
+(``decision``, ``reasonCodes``, ``quoteId``, ``rulesVersion``, ``generatedAt``, ``validThrough``, ``options``).
+No model takes part: the same application and instant always give the same result, quote id included.
+
+Amounts are binary floating point computed in a fixed order and rounded to the cent half up, and the quote
+id hashes the application's JavaScript-style JSON text, so results agree to the cent and the id with the
+TypeScript demo this flow comes from. The rules (factors, tiers, referral thresholds) are in
+``quote_config.json``, validated once when this module is imported.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from datetime import date, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+import math
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import get_args
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from flows.home_insurance.records import (
-    Construction,
-    Deductible,
-    DwellingType,
-    Endorsement,
-    Hazard,
-    LiabilityLimit,
-    Occupancy,
-    Protection,
-    QuoteApplication,
-    QuoteOption,
-    QuoteResult,
-    RoofMaterial,
-)
+from flows.home_insurance.jsontext import js_stringify
+from flows.home_insurance.records import Endorsement
 
 CONFIG_PATH = Path(__file__).with_name("quote_config.json")
-QUOTE_ID_PREFIX = "HIQ"
-_CENT = Decimal("0.01")
-_THOUSAND = Decimal(1000)
-_MONTHS = Decimal(12)
+QUOTE_ID_PREFIX = "EHI"
+#: The reason code of a state without online quotes; it makes the decision ``unsupported``.
+UNSUPPORTED_STATE = "UNSUPPORTED_STATE"
+#: Years of claims history that count towards the referral rules.
+CLAIMS_WINDOW_YEARS = 5
+#: The smallest step above 1.0 of a double, added before rounding so 1.005-style amounts round up.
+_EPSILON = 2.220446049250313e-16
 
 
 class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class AgeBand(_Config):
-    """A factor that applies up to ``max_years`` of age (bands are checked in order)."""
+class Band(_Config):
+    """A factor for ages up to ``maxYears``; bands are read in order and the last one covers any older age."""
 
-    max_years: int = Field(alias="maxYears", ge=0)
-    factor: Decimal = Field(gt=0)
-
-
-class LimitRange(_Config):
-    """The dwelling limits the product accepts at all."""
-
-    min: int = Field(gt=0)
-    max: int = Field(gt=0)
+    maxYears: float = Field(ge=0)  # noqa: N815 - the rules file's own key
+    factor: float = Field(gt=0)
 
 
-class SystemsCredit(_Config):
-    """A credit for electrical, plumbing and heating systems updated within ``within_years``."""
+class HazardFactors(_Config):
+    """Multipliers for each hazard on the premises."""
 
-    within_years: int = Field(alias="withinYears", ge=0)
-    factor: Decimal = Field(gt=0)
+    pool: float = Field(gt=0)
+    trampoline: float = Field(gt=0)
+    woodStove: float = Field(gt=0)  # noqa: N815
 
 
-class Tier(_Config):
-    """One product option: a price factor, extended dwelling cover and endorsements it includes."""
+class ProtectionDiscounts(_Config):
+    """Shares taken off the premium for each protective device."""
 
-    id: str = Field(pattern=r"^[A-Z]+$")
-    name: str
-    factor: Decimal = Field(gt=0)
-    extended_dwelling_percent: int = Field(alias="extendedDwellingPercent", ge=0)
-    included_endorsements: list[Endorsement] = Field(alias="includedEndorsements")
+    monitoredAlarm: float = Field(ge=0, le=0.5)  # noqa: N815
+    sprinklerSystem: float = Field(ge=0, le=0.5)  # noqa: N815
 
 
 class ReferralRules(_Config):
-    """Thresholds beyond which an application goes to an underwriter instead of being priced."""
+    """Thresholds beyond which an application goes to an agent instead of being priced."""
 
-    max_roof_age_years: int = Field(alias="maxRoofAgeYears")
-    max_claims_five_years: int = Field(alias="maxClaimsFiveYears")
-    max_dwelling_limit: int = Field(alias="maxDwellingLimit")
-    oldest_unrenovated_year_built: int = Field(alias="oldestUnrenovatedYearBuilt")
-    referred_roof_materials: list[RoofMaterial] = Field(alias="referredRoofMaterials")
-    referred_occupancies: list[Occupancy] = Field(alias="referredOccupancies")
+    maxDwellingCoverage: float = Field(gt=0)  # noqa: N815
+    maxRoofAgeYears: float = Field(ge=0)  # noqa: N815
+    maxClaimsInFiveYears: int = Field(ge=0)  # noqa: N815
+    maxSingleClaimAmount: float = Field(ge=0)  # noqa: N815
+    minimumYearBuilt: int  # noqa: N815
+
+
+class Tier(_Config):
+    """One option of an eligible quote: a premium factor, a dwelling extension, a liability floor, endorsements."""
+
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    premiumFactor: float = Field(gt=0)  # noqa: N815
+    dwellingExtensionPercent: float = Field(ge=0, le=100)  # noqa: N815
+    minimumLiability: float = Field(gt=0)  # noqa: N815
+    includedEndorsements: list[Endorsement]  # noqa: N815
 
 
 class QuoteConfig(_Config):
-    """The validated rules file: supported states, factors, fees, tiers and referral thresholds."""
+    """The rules file, its keys as written there."""
 
-    rules_version: str = Field(alias="rulesVersion", min_length=1)
-    carrier: str
-    quote_valid_days: int = Field(alias="quoteValidDays", gt=0)
-    max_effective_days: int = Field(alias="maxEffectiveDays", gt=0)
-    supported_states: list[str] = Field(alias="supportedStates", min_length=1)
-    dwelling_limit: LimitRange = Field(alias="dwellingLimit")
-    base_rate_per_thousand: Decimal = Field(alias="baseRatePerThousand", gt=0)
-    minimum_annual_premium: Decimal = Field(alias="minimumAnnualPremium", ge=0)
-    state_factors: dict[str, Decimal] = Field(alias="stateFactors")
-    occupancy_factors: dict[Occupancy, Decimal] = Field(alias="occupancyFactors")
-    dwelling_type_factors: dict[DwellingType, Decimal] = Field(alias="dwellingTypeFactors")
-    construction_factors: dict[Construction, Decimal] = Field(alias="constructionFactors")
-    roof_material_factors: dict[RoofMaterial, Decimal] = Field(alias="roofMaterialFactors")
-    roof_age_bands: list[AgeBand] = Field(alias="roofAgeBands", min_length=1)
-    home_age_bands: list[AgeBand] = Field(alias="homeAgeBands", min_length=1)
-    systems_update_credit: SystemsCredit = Field(alias="systemsUpdateCredit")
-    claims_factors: list[Decimal] = Field(alias="claimsFactors", min_length=1)
-    hazard_surcharges: dict[Hazard, Decimal] = Field(alias="hazardSurcharges")
-    protection_credits: dict[Protection, Decimal] = Field(alias="protectionCredits")
-    max_protection_credit: Decimal = Field(alias="maxProtectionCredit", ge=0, lt=1)
-    deductible_factors: dict[int, Decimal] = Field(alias="deductibleFactors")
-    liability_charges: dict[int, Decimal] = Field(alias="liabilityCharges")
-    endorsement_fees: dict[Endorsement, Decimal] = Field(alias="endorsementFees")
+    carrierName: str = Field(min_length=1)  # noqa: N815
+    rulesVersion: str = Field(min_length=1)  # noqa: N815
+    supportedStates: list[str] = Field(min_length=1)  # noqa: N815
+    quoteValidDays: int = Field(gt=0)  # noqa: N815
+    baseRatePerThousand: float = Field(gt=0)  # noqa: N815
+    deductibleFactors: dict[str, float]  # noqa: N815
+    constructionFactors: dict[str, float]  # noqa: N815
+    occupancyFactors: dict[str, float]  # noqa: N815
+    homeAgeBands: list[Band] = Field(min_length=1)  # noqa: N815
+    roofAgeBands: list[Band] = Field(min_length=1)  # noqa: N815
+    claimFactors: dict[str, float]  # noqa: N815
+    hazardFactors: HazardFactors  # noqa: N815
+    protectionDiscounts: ProtectionDiscounts  # noqa: N815
+    endorsementAnnualFees: dict[Endorsement, float]  # noqa: N815
+    referralRules: ReferralRules  # noqa: N815
     tiers: list[Tier] = Field(min_length=1)
-    referral: ReferralRules
-    reason_descriptions: dict[str, str] = Field(alias="reasonDescriptions")
-
-    @model_validator(mode="after")
-    def _complete(self) -> QuoteConfig:
-        # Every supported value must have a factor: a gap would surface as a KeyError mid-quote.
-        missing = [state for state in self.supported_states if state not in self.state_factors]
-        if missing:
-            raise ValueError(f"stateFactors lacks {missing}")
-        for name, table, literal in (
-            ("occupancyFactors", self.occupancy_factors, Occupancy),
-            ("dwellingTypeFactors", self.dwelling_type_factors, DwellingType),
-            ("constructionFactors", self.construction_factors, Construction),
-            ("roofMaterialFactors", self.roof_material_factors, RoofMaterial),
-            ("hazardSurcharges", self.hazard_surcharges, Hazard),
-            ("protectionCredits", self.protection_credits, Protection),
-            ("deductibleFactors", self.deductible_factors, Deductible),
-            ("liabilityCharges", self.liability_charges, LiabilityLimit),
-            ("endorsementFees", self.endorsement_fees, Endorsement),
-        ):
-            absent = set(get_args(literal)) - set(table)
-            if absent:
-                raise ValueError(f"{name} lacks {sorted(absent, key=str)}")
-        for name, bands in (("roofAgeBands", self.roof_age_bands), ("homeAgeBands", self.home_age_bands)):
-            limits = [band.max_years for band in bands]
-            if limits != sorted(set(limits)):
-                raise ValueError(f"{name} must be in strictly increasing order of maxYears")
-        if self.roof_age_bands[-1].max_years < self.referral.max_roof_age_years:
-            raise ValueError("roofAgeBands must cover every roof age below the referral threshold")
-        if len(self.claims_factors) <= self.referral.max_claims_five_years:
-            raise ValueError("claimsFactors must cover every claim count below the referral threshold")
-        if len({tier.id for tier in self.tiers}) != len(self.tiers):
-            raise ValueError("tier ids must be unique")
-        return self
 
 
 def load_quote_config(path: Path = CONFIG_PATH) -> QuoteConfig:
@@ -154,134 +110,125 @@ def load_quote_config(path: Path = CONFIG_PATH) -> QuoteConfig:
 QUOTE_CONFIG = load_quote_config()
 
 
-def money(value: Decimal) -> Decimal:
-    """Round to the cent, halves away from zero: the one rounding rule for every amount."""
-    return value.quantize(_CENT, rounding=ROUND_HALF_UP)
+def quote(application: dict[str, Any], current_date: datetime, config: QuoteConfig = QUOTE_CONFIG) -> dict[str, Any]:
+    """Decide and price ``application`` at ``current_date`` (a naive datetime is taken as UTC).
 
-
-def quote_id(application: QuoteApplication, current_date: date) -> str:
-    """An id derived from the whole application and the rating date, so any input change gives a new id."""
-    canonical = json.dumps(application.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:8].upper()
-    return f"{QUOTE_ID_PREFIX}-{current_date:%Y%m%d}-{digest}"
-
-
-def referral_reasons(
-    application: QuoteApplication, current_date: date, config: QuoteConfig = QUOTE_CONFIG
-) -> list[str]:
-    """The reason codes that send an application to an underwriter, in a fixed order; empty when none."""
-    rules = config.referral
-    qualification, home, risk, coverage = (
-        application.qualification,
-        application.property,
-        application.risk,
-        application.coverage,
-    )
-    reasons: list[str] = []
-    if qualification.occupancy in rules.referred_occupancies:
-        reasons.append("RENTAL_OCCUPANCY")
-    if home.roof_age_years > rules.max_roof_age_years:
-        reasons.append("ROOF_AGE")
-    if home.roof_material in rules.referred_roof_materials:
-        reasons.append("ROOF_MATERIAL")
-    renovated = _systems_recent(home.systems_updated_year, current_date, config)
-    if home.year_built < rules.oldest_unrenovated_year_built and not renovated:
-        reasons.append("DWELLING_AGE")
-    if risk.claims_last_five_years > rules.max_claims_five_years:
-        reasons.append("CLAIMS_FREQUENCY")
-    if coverage.dwelling_limit > rules.max_dwelling_limit:
-        reasons.append("HIGH_DWELLING_LIMIT")
-    return reasons
-
-
-def rate_application(
-    application: QuoteApplication, current_date: date, config: QuoteConfig = QUOTE_CONFIG
-) -> QuoteResult:
-    """Decide and price ``application`` as of ``current_date``.
-
-    An unsupported state gives ``unsupported`` with no premiums; any referral reason gives ``referral``
-    with its codes and no premiums; otherwise ``eligible`` with one option per configured tier.
+    An unsupported state gives ``unsupported``, any referral reason ``referral`` (both without options),
+    otherwise ``eligible`` with one option per tier. Raises ``ValueError`` when the rules lack a factor for
+    a value of the application.
     """
-    version, today = config.rules_version, current_date
-    if application.qualification.state not in config.supported_states:
-        return QuoteResult(
-            decision="unsupported", reason_codes=["UNSUPPORTED_STATE"], rules_version=version, quoted_on=today
-        )
-    reasons = referral_reasons(application, current_date, config)
-    if reasons:
-        return QuoteResult(decision="referral", reason_codes=reasons, rules_version=version, quoted_on=today)
+    now = current_date.replace(tzinfo=UTC) if current_date.tzinfo is None else current_date.astimezone(UTC)
+    reasons = review_reasons(application, now, config)
+    decision = "unsupported" if UNSUPPORTED_STATE in reasons else "referral" if reasons else "eligible"
+    return {
+        "decision": decision,
+        "reasonCodes": reasons,
+        "quoteId": quote_id(application, now),
+        "rulesVersion": config.rulesVersion,
+        "generatedAt": iso_instant(now),
+        "validThrough": (now + timedelta(days=config.quoteValidDays)).date().isoformat(),
+        "options": price_options(application, now, config) if decision == "eligible" else [],
+    }
 
-    core = _core_premium(application, current_date, config)
-    coverage = application.coverage
+
+def review_reasons(application: dict[str, Any], now: datetime, config: QuoteConfig = QUOTE_CONFIG) -> list[str]:
+    """The reason codes that keep ``application`` from an online quote, each once, in the rules' order."""
+    rules = config.referralRules
+    home, coverage = application["property"], application["coverage"]
+    checks = [
+        (UNSUPPORTED_STATE, application["qualification"]["state"] not in config.supportedStates),
+        ("HIGH_DWELLING_LIMIT", coverage["dwellingCoverage"] > rules.maxDwellingCoverage),
+        ("ROOF_AGE_REVIEW", home["roofAgeYears"] > rules.maxRoofAgeYears),
+        ("HISTORIC_HOME_REVIEW", home["yearBuilt"] < rules.minimumYearBuilt),
+    ]
+    recent = [claim for claim in application["risk"]["claims"] if claim["year"] >= now.year - CLAIMS_WINDOW_YEARS]
+    checks += [
+        ("CLAIMS_FREQUENCY_REVIEW", len(recent) > rules.maxClaimsInFiveYears),
+        ("LARGE_CLAIM_REVIEW", any(claim["amount"] > rules.maxSingleClaimAmount for claim in recent)),
+    ]
+    return [code for code, applies in checks if applies]
+
+
+def price_options(
+    application: dict[str, Any], now: datetime, config: QuoteConfig = QUOTE_CONFIG
+) -> list[dict[str, Any]]:
+    """One priced option per tier, in the tiers' order."""
+    qualification, home = application["qualification"], application["property"]
+    risk, coverage = application["risk"], application["coverage"]
+    factors = [
+        _band(max(0, now.year - home["yearBuilt"]), config.homeAgeBands),
+        _band(home["roofAgeYears"], config.roofAgeBands),
+        config.constructionFactors.get(home["construction"]),
+        config.occupancyFactors.get(qualification["occupancy"]),
+        config.deductibleFactors.get(js_stringify(coverage["deductible"])),
+        # Every claim on record counts here, however old; two or more share the top factor.
+        config.claimFactors.get(str(min(len(risk["claims"]), 2))),
+    ]
+    if any(not factor for factor in factors[2:]):
+        raise ValueError("Quote configuration is missing an application factor.")
+    hazard = 1.0
+    for name, surcharge in (
+        ("pool", config.hazardFactors.pool),
+        ("trampoline", config.hazardFactors.trampoline),
+        ("woodStove", config.hazardFactors.woodStove),
+    ):
+        if risk["hazards"][name]:
+            hazard *= surcharge
+    protection = 1.0
+    for name, discount in (
+        ("monitoredAlarm", config.protectionDiscounts.monitoredAlarm),
+        ("sprinklerSystem", config.protectionDiscounts.sprinklerSystem),
+    ):
+        if risk["protections"][name]:
+            protection -= discount
+    # Multiplied one factor at a time, left to right: float products depend on their order.
+    annual_base = coverage["dwellingCoverage"] / 1000 * config.baseRatePerThousand
+    for factor in [*factors, hazard, protection]:
+        annual_base *= float(factor or 0)
     options = []
     for tier in config.tiers:
-        endorsements: list[str] = sorted(set(coverage.endorsements) | set(tier.included_endorsements))
-        # Endorsements a tier includes are part of its factor, so only the others are charged.
-        fees = sum(
-            (config.endorsement_fees[name] for name in coverage.endorsements if name not in tier.included_endorsements),
-            Decimal(0),
-        )
-        annual = money(core * tier.factor + config.liability_charges[coverage.liability_limit] + fees)
-        annual = max(annual, config.minimum_annual_premium)
-        options.append(
-            QuoteOption(
-                id=tier.id,
-                name=tier.name,
-                annual_premium=annual,
-                monthly_estimate=money(annual / _MONTHS),
-                dwelling_limit=coverage.dwelling_limit,
-                extended_dwelling_limit=coverage.dwelling_limit * tier.extended_dwelling_percent // 100,
-                deductible=coverage.deductible,
-                liability_limit=coverage.liability_limit,
-                endorsements=endorsements,
-            )
-        )
-    return QuoteResult(
-        decision="eligible",
-        quote_id=quote_id(application, current_date),
-        valid_through=current_date + timedelta(days=config.quote_valid_days),
-        options=options,
-        rules_version=version,
-        quoted_on=today,
-    )
+        endorsements = list(dict.fromkeys([*coverage["endorsements"], *tier.includedEndorsements]))
+        fees: float = 0
+        for endorsement in endorsements:
+            fees += config.endorsementAnnualFees[endorsement]
+        annual = money(annual_base * tier.premiumFactor + fees)
+        options.append({
+            "id": tier.id,
+            "name": tier.name,
+            "annualPremium": annual,
+            "monthlyPremium": money(annual / 12),
+            "dwellingCoverage": coverage["dwellingCoverage"],
+            "dwellingExtensionPercent": _plain(tier.dwellingExtensionPercent),
+            "deductible": coverage["deductible"],
+            "liabilityLimit": max(coverage["liabilityLimit"], _plain(tier.minimumLiability)),
+            "endorsements": endorsements,
+        })
+    return options
 
 
-def _core_premium(application: QuoteApplication, current_date: date, config: QuoteConfig) -> Decimal:
-    qualification, home, risk, coverage = (
-        application.qualification,
-        application.property,
-        application.risk,
-        application.coverage,
-    )
-    factor = (
-        config.state_factors[qualification.state]
-        * config.occupancy_factors[qualification.occupancy]
-        * config.dwelling_type_factors[home.dwelling_type]
-        * config.construction_factors[home.construction]
-        * config.roof_material_factors[home.roof_material]
-        * _band_factor(config.roof_age_bands, home.roof_age_years)
-        * _band_factor(config.home_age_bands, max(current_date.year - home.year_built, 0))
-        * config.claims_factors[risk.claims_last_five_years]
-        * config.deductible_factors[coverage.deductible]
-    )
-    if _systems_recent(home.systems_updated_year, current_date, config):
-        factor *= config.systems_update_credit.factor
-    surcharge = sum((config.hazard_surcharges[name] for name in risk.hazards), Decimal(0))
-    credit = min(
-        sum((config.protection_credits[name] for name in risk.protections), Decimal(0)),
-        config.max_protection_credit,
-    )
-    base = Decimal(coverage.dwelling_limit) / _THOUSAND * config.base_rate_per_thousand
-    return base * factor * (1 + surcharge) * (1 - credit)
+def money(value: float) -> float:
+    """``value`` to the cent, halves rounded up, after a nudge of one epsilon (so 1.005 becomes 1.01)."""
+    cents = (value + _EPSILON) * 100
+    whole = math.floor(cents)
+    return (whole + 1 if cents - whole >= 0.5 else whole) / 100
 
 
-def _band_factor(bands: list[AgeBand], years: int) -> Decimal:
-    for band in bands:
-        if years <= band.max_years:
-            return band.factor
-    # Referral rules stop older roofs before rating; an older home takes the last band.
-    return bands[-1].factor
+def quote_id(application: dict[str, Any], now: datetime) -> str:
+    """``EHI-<date>-<8 hex>``: the digest of the application's JSON text, so any change gives a new id."""
+    digest = hashlib.sha256(js_stringify(application).encode("utf-8")).hexdigest()[:8].upper()
+    return f"{QUOTE_ID_PREFIX}-{now.astimezone(UTC):%Y%m%d}-{digest}"
 
 
-def _systems_recent(updated_year: int | None, current_date: date, config: QuoteConfig) -> bool:
-    return updated_year is not None and current_date.year - updated_year <= config.systems_update_credit.within_years
+def iso_instant(moment: datetime) -> str:
+    """A UTC instant with milliseconds and a ``Z``, e.g. ``2027-07-15T00:00:00.000Z``."""
+    utc = moment.astimezone(UTC)
+    return f"{utc:%Y-%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"
+
+
+def _band(value: float, bands: list[Band]) -> float:
+    return next((band.factor for band in bands if value <= band.maxYears), bands[-1].factor)
+
+
+def _plain(value: float) -> float | int:
+    # Whole numbers from the rules file stay integers in the result, as they are in its JSON.
+    return int(value) if value.is_integer() else value

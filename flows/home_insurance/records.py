@@ -1,141 +1,112 @@
-"""Typed records of a home quote: the four application parts, the quote result and contact details.
+"""Typed records of a home quote: the four application parts, the contact request and the tools' arguments.
 
-Each application part is owned by one step and doubles as the argument schema of the tool that
-captures it, so the model's arguments and the persisted state are validated by the same model.
+Each application part is owned by one step and doubles as the argument schema of the tool that captures
+it, so the model's arguments and the saved state are validated by the same model. Field names are the
+JSON keys the records are saved and rated under (``flows.home_insurance.rating.quote`` reads them).
 """
 
 from __future__ import annotations
 
-from datetime import date
-from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 Occupancy = Literal["primary", "secondary", "rental"]
-DwellingType = Literal["single_family", "townhouse", "duplex"]
-Construction = Literal["frame", "masonry", "fire_resistive"]
-RoofMaterial = Literal["asphalt_shingle", "metal", "tile", "slate", "wood_shake"]
-Hazard = Literal["swimming_pool", "trampoline", "wood_stove", "space_heater"]
-Protection = Literal["monitored_alarm", "smoke_detectors", "sprinklers", "deadbolts", "water_leak_sensors"]
-Endorsement = Literal["water_backup", "equipment_breakdown", "identity_recovery", "service_line"]
+Endorsement = Literal["water_backup", "identity_theft", "equipment_breakdown"]
 Deductible = Literal[1000, 2500, 5000]
-LiabilityLimit = Literal[100000, 300000, 500000]
-Decision = Literal["eligible", "referral", "unsupported"]
 CorrectionSection = Literal["qualification", "property", "risk", "coverage"]
+Year = Annotated[int, Field(ge=1800, le=2100)]
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _canonical(values: list[str]) -> list[str]:
-    # Sorted and de-duplicated, so equal applications serialise (and hash) identically.
-    return sorted(set(values))
-
-
 class Qualification(_Record):
-    """Where the home is, how it is occupied and when cover should start (owned by QualificationStep)."""
+    """Where the home is, how it is bought and used, and when cover should start (owned by QualificationStep)."""
 
-    state: Annotated[str, StringConstraints(strip_whitespace=True, to_upper=True, pattern=r"^[A-Z]{2}$")] = Field(
-        description="Two-letter US state code of the property, e.g. OH"
+    state: Annotated[str, StringConstraints(min_length=2, max_length=2, to_upper=True)] = Field(
+        description="Two-letter US state code of the property, e.g. OR"
     )
-    zip_code: Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^\d{5}$")] = Field(
-        description="Five-digit ZIP code of the property"
+    zip: str = Field(pattern=r"^\d{5}$", description="Five-digit ZIP code of the property")
+    purchaseStatus: Literal["own", "buying", "refinancing"] = Field(  # noqa: N815
+        description="'own' when the customer owns the home, 'buying' when purchasing it, 'refinancing'"
     )
-    purchase_status: Literal["owned", "purchasing"] = Field(
-        description="'owned' when the customer already owns the home, 'purchasing' when buying it"
-    )
-    occupancy: Occupancy = Field(
-        description="'primary' residence, 'secondary' (second or seasonal) home, or 'rental' (rented to tenants)"
-    )
-    effective_date: date = Field(description="Requested start of cover, YYYY-MM-DD")
+    occupancy: Occupancy = Field(description="'primary' residence, 'secondary' (seasonal) home or 'rental'")
+    effectiveDate: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="Requested start of cover, YYYY-MM-DD")  # noqa: N815
 
 
 class PropertyProfile(_Record):
-    """The building, its roof and its systems (owned by PropertyStep)."""
+    """The building, its roof and the years its systems were updated (owned by PropertyStep)."""
 
-    dwelling_type: DwellingType = Field(description="Kind of building")
-    year_built: int = Field(ge=1800, description="Four-digit year the home was built")
-    square_feet: int = Field(ge=400, le=15000, description="Finished living area in square feet")
-    construction: Construction = Field(description="Wall construction: frame, masonry or fire_resistive")
-    roof_material: RoofMaterial = Field(description="Main roof covering")
-    roof_age_years: int = Field(ge=0, le=100, description="Age of the roof covering in whole years")
-    systems_updated_year: int | None = Field(
-        default=None,
-        description="Year the electrical, plumbing and heating systems were last updated; null if unknown",
-    )
+    dwellingType: Literal["single_family", "townhome", "duplex"]  # noqa: N815
+    yearBuilt: Year = Field(description="Four-digit year the home was built")  # noqa: N815
+    squareFeet: int = Field(ge=400, le=15000, description="Finished living area in square feet")  # noqa: N815
+    stories: int | float = Field(ge=1, le=4, description="Number of stories")
+    construction: Literal["wood_frame", "masonry", "mixed"]
+    roofMaterial: Literal["composition", "metal", "tile"]  # noqa: N815
+    roofAgeYears: int = Field(ge=0, le=75, description="Age of the roof covering in whole years")  # noqa: N815
+    plumbingUpdatedYear: Year | None = Field(description="Year plumbing was last updated; null if never or unknown")  # noqa: N815
+    electricalUpdatedYear: Year | None = Field(description="Year electrical was last updated; null if unknown")  # noqa: N815
+    hvacUpdatedYear: Year | None = Field(description="Year heating and cooling were last updated; null if unknown")  # noqa: N815
+
+
+class Claim(_Record):
+    """One home insurance claim."""
+
+    year: int = Field(ge=2000, le=2100)
+    type: Literal["water", "fire", "wind", "theft", "liability", "other"]
+    amount: int | float = Field(ge=0, le=10_000_000, description="Amount paid in US dollars")
+
+
+class Hazards(_Record):
+    """Hazards on the premises."""
+
+    pool: bool
+    trampoline: bool
+    woodStove: bool  # noqa: N815
+
+
+class Protections(_Record):
+    """Protective devices installed."""
+
+    smokeAlarms: bool  # noqa: N815
+    burglarAlarm: bool  # noqa: N815
+    monitoredAlarm: bool = Field(description="True when an alarm is professionally monitored")  # noqa: N815
+    sprinklerSystem: bool  # noqa: N815
 
 
 class RiskProfile(_Record):
     """Claims history, hazards and protective devices (owned by RiskStep)."""
 
-    claims_last_five_years: int = Field(ge=0, le=20, description="Number of property claims in the last five years")
-    hazards: list[Hazard] = Field(default_factory=list, description="Liability or fire hazards on the premises")
-    protections: list[Protection] = Field(default_factory=list, description="Protective devices installed")
-
-    @field_validator("hazards", "protections")
-    @classmethod
-    def _sorted(cls, values: list[str]) -> list[str]:
-        return _canonical(values)
+    claims: list[Claim] = Field(max_length=10, description="Every home insurance claim, empty when none")
+    hazards: Hazards
+    protections: Protections
 
 
 class CoveragePreferences(_Record):
-    """Limits, deductible and optional endorsements (owned by CoverageStep)."""
+    """Dwelling coverage, deductible, liability limit and endorsements (owned by CoverageStep)."""
 
-    dwelling_limit: int = Field(gt=0, description="Dwelling coverage limit in whole US dollars")
-    deductible: Deductible = Field(description="All-perils deductible in US dollars: 1000, 2500 or 5000")
-    liability_limit: LiabilityLimit = Field(description="Personal liability limit: 100000, 300000 or 500000")
-    endorsements: list[Endorsement] = Field(default_factory=list, description="Optional endorsements requested")
-
-    @field_validator("endorsements")
-    @classmethod
-    def _sorted(cls, values: list[str]) -> list[str]:
-        return _canonical(values)
+    dwellingCoverage: int = Field(ge=100_000, le=2_000_000, description="Estimated cost to rebuild, US dollars")  # noqa: N815
+    deductible: Deductible = Field(description="Deductible in US dollars: 1000, 2500 or 5000")
+    liabilityLimit: Literal[100000, 300000, 500000, 1000000] = Field(  # noqa: N815
+        description="Personal liability limit in US dollars"
+    )
+    endorsements: list[Endorsement] = Field(description="Optional endorsements requested, empty when none")
 
 
-class QuoteApplication(_Record):
-    """The four authoritative input records that a quote is calculated from."""
+class ContactRequest(_Record):
+    """Consent to an agent's follow-up and, only with it, how to reach the customer (owned by ContactStep)."""
 
-    qualification: Qualification
-    property: PropertyProfile
-    risk: RiskProfile
-    coverage: CoveragePreferences
-
-
-class QuoteOption(_Record):
-    """One priced option of an eligible quote; amounts are exact to the cent."""
-
-    id: str
-    name: str
-    annual_premium: Decimal
-    monthly_estimate: Decimal
-    dwelling_limit: int
-    extended_dwelling_limit: int
-    deductible: int
-    liability_limit: int
-    endorsements: list[str]
+    consentToContact: bool = Field(description="True only if the customer explicitly agreed to be contacted")  # noqa: N815
+    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=120)] | None
+    email: Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")] | None
+    phone: Annotated[str, StringConstraints(strip_whitespace=True, min_length=7, max_length=30)] | None
+    propertyAddress: Annotated[str, StringConstraints(strip_whitespace=True, min_length=5, max_length=240)] | None  # noqa: N815
 
 
-class QuoteResult(_Record):
-    """The code-owned outcome of rating: a quote with options, a referral, or an unsupported location."""
-
-    decision: Decision
-    rules_version: str
-    quoted_on: date
-    quote_id: str | None = None
-    valid_through: date | None = None
-    reason_codes: list[str] = Field(default_factory=list)
-    options: list[QuoteOption] = Field(default_factory=list)
-
-    def option(self, option_id: str) -> QuoteOption | None:
-        """The option with ``option_id`` (case and surrounding spaces ignored), if the quote has it."""
-        wanted = option_id.strip().upper()
-        return next((option for option in self.options if option.id == wanted), None)
-
-    def option_ids(self) -> list[str]:
-        """The ids of the current options, in presentation order."""
-        return [option.id for option in self.options]
+#: The contact record kept when the customer declines: nothing they may have said is retained.
+NO_CONTACT = {"consentToContact": False, "name": None, "email": None, "phone": None, "propertyAddress": None}
 
 
 # -- tool arguments that are not application records ----------------------------------------------
@@ -145,42 +116,41 @@ class NoArguments(BaseModel):
     """Arguments of a tool that takes none."""
 
 
+class ConfirmArgs(BaseModel):
+    """The customer's confirmation of the reviewed application."""
+
+    confirmed: Literal[True]
+
+
 class CorrectionArgs(BaseModel):
-    """Send a correction to the step that owns the corrected fact."""
+    """Send one correction to the step that owns the corrected fact."""
 
     section: CorrectionSection = Field(
-        description="Which part of the application changes: qualification (location, occupancy, start date), "
-        "property (building, roof, systems), risk (claims, hazards, protections) or coverage (limits, "
-        "deductible, endorsements)"
+        description="qualification (location, occupancy, start date), property (building, roof, updates), "
+        "risk (claims, hazards, protections) or coverage (limits, deductible, endorsements)"
     )
-    change: str = Field(min_length=1, description="The requested change in the customer's own words")
+    change: str = Field(min_length=1, max_length=500, description="The requested change in the customer's words")
 
 
 class CompareArgs(BaseModel):
     """Option ids to compare side by side."""
 
-    option_ids: list[str] = Field(min_length=2, description="Two or more option ids from the current quote")
+    optionIds: list[Annotated[str, StringConstraints(min_length=1)]] = Field(min_length=1, max_length=3)  # noqa: N815
 
 
 class SelectArgs(BaseModel):
     """The option the customer chooses."""
 
-    option_id: str = Field(min_length=1, description="An option id from the current quote, e.g. ENHANCED")
+    optionId: str = Field(min_length=1, description="An option id of the current quote, e.g. ENHANCED")  # noqa: N815
 
 
 class DeductibleArgs(BaseModel):
     """A new deductible for re-rating the current quote."""
 
-    deductible: Deductible = Field(description="The new deductible in US dollars: 1000, 2500 or 5000")
+    deductible: Deductible
 
 
-class ContactArgs(BaseModel):
-    """The customer's contact consent and, only with consent, how to reach them."""
+class AcknowledgeArgs(BaseModel):
+    """The customer heard the referral's explanation."""
 
-    consent: bool = Field(description="True only if the customer explicitly agreed to be contacted about the quote")
-    full_name: str | None = Field(default=None, description="Full name, required with consent")
-    email: str | None = Field(
-        default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$", description="Email address, required with consent"
-    )
-    phone: str | None = Field(default=None, description="Optional phone number")
-    street_address: str | None = Field(default=None, description="Optional street address of the property")
+    acknowledged: bool

@@ -6,13 +6,13 @@ Server side only: HotelFlow knows hotels solely through the ``search_hotels`` co
 from __future__ import annotations
 
 import json
+import math
 from datetime import date
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from flows.hotel.contract import stay_nights
-from flows.hotel.pricing import quote
+from flows.hotel.pricing import prices
 
 DATA = Path(__file__).parent / "data" / "hotels.json"
 
@@ -27,37 +27,49 @@ def hotel(name: str) -> dict[str, Any]:
     return next(h for h in hotels() if h["name"] == name)
 
 
-def _within(value: float, limit: float | None) -> bool:
-    return limit is None or value <= limit
-
-
-def matches(hotel: dict[str, Any], criteria: dict[str, Any]) -> bool:
-    """Whether a hotel offers the room type and every amenity, within the distance limits."""
+def matches(hotel: dict[str, Any], amenities: list[str], room_types: list[str],
+            airport: float | None, city_center: float | None) -> bool:
+    """Whether a hotel offers every amenity and any of the room types, strictly within the distance limits."""
     nearby = hotel["nearby"]
     return (
-        criteria["room_type"] in hotel["roomType"]
-        and all(hotel["amenities"].get(name) for name in criteria.get("amenities") or [])
-        and _within(nearby["airport"], criteria.get("max_airport_miles"))
-        and _within(nearby["cityCenter"], criteria.get("max_city_center_miles"))
+        all(hotel["amenities"].get(name) is True for name in amenities)
+        and (not room_types or any(room in hotel["roomType"] for room in room_types))
+        and (airport is None or _distance(nearby.get("airport")) < airport)
+        and (city_center is None or _distance(nearby.get("cityCenter")) < city_center)
     )
 
 
-def search(criteria: dict[str, Any]) -> list[dict[str, Any]]:
-    """Priced matches whose every night fits the nightly budget, cheapest first.
+def search(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``search_hotels`` answer for a request of the contract: ``[{"hotelName", "prices", "total"}]``.
 
-    Each entry is ``{"hotel", "nights": [ISO dates], "prices": [per night], "total"}``.
+    Hotels come in catalog order. Every day of the stay is priced for the first requested room type; a hotel
+    is left out when its dearest day is above ``budget.max`` or its cheapest below ``budget.min`` (a limit of
+    0 or null is no limit).
     """
-    if not criteria:
-        return []
-    start, end = date.fromisoformat(criteria["start"]), date.fromisoformat(criteria["end"])
-    low, high = criteria.get("min_price") or 0, criteria.get("max_price")
+    start, end = _day(request["startDate"]), _day(request["endDate"])
+    room_types = list(request.get("roomTypes") or [])
+    budget = request.get("budget") or {}
+    distance = request.get("maxDistanceMiles") or {}
+    low, high = budget.get("min"), budget.get("max")
     found = []
     for candidate in hotels():
-        if not matches(candidate, criteria):
+        if not matches(candidate, list(request.get("amenities") or []), room_types,
+                       distance.get("airport"), distance.get("cityCenter")):
             continue
-        prices = quote(candidate.get("level"), criteria["room_type"], start, end)
-        if prices and all(low <= price and _within(price, high) for price in prices):
-            nights = [night.isoformat() for night in stay_nights(start, end)]
-            total = round(sum(prices), 2)
-            found.append({"hotel": candidate["name"], "nights": nights, "prices": prices, "total": total})
-    return sorted(found, key=lambda entry: (entry["total"], entry["hotel"]))
+        daily = prices(candidate.get("level"), room_types[0] if room_types else None, start, end)
+        if not daily or (high and max(daily) > high) or (low and min(daily) < low):
+            continue
+        total = 0.0
+        for price in daily:  # summed in order, as the original does: float sums depend on it
+            total += price
+        found.append({"hotelName": candidate["name"], "prices": daily, "total": total})
+    return found
+
+
+def _distance(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
+def _day(text: str) -> date:
+    # A date, or the date part of a timestamp: prices depend on calendar days only.
+    return date.fromisoformat(text[:10])

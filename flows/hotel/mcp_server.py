@@ -11,7 +11,6 @@ from typing import Any
 
 from flows.hotel import catalog
 from flows.hotel.contract import (
-    ROOM_TYPES,
     TOOL,
     Budget,
     DistanceMiles,
@@ -30,32 +29,23 @@ def search_hotels(
     budget: Budget,
     maxDistanceMiles: MaxDistanceMiles,
 ) -> SearchHotelsResult:
-    """Search the Portland hotel catalog and price every night of the stay, cheapest total first.
+    """Search the bundled Portland hotel catalog and calculate nightly and total prices for the requested stay.
 
-    Each hotel comes with its amenities, room types and distances, the contract's optional details.
+    Hotels come in catalog order, each day of the stay priced (check-out day included); each hotel also
+    carries its amenities, room types and distances, the contract's optional details.
     """
-    unknown = [room for room in roomTypes if room not in ROOM_TYPES]
-    if unknown:
-        raise ValueError(f"Unknown room type(s): {', '.join(unknown)}; use {', '.join(ROOM_TYPES)}.")
-    criteria = {
-        "start": startDate,
-        "end": endDate,
-        "room_type": roomTypes[0] if roomTypes else ROOM_TYPES[0],
-        "amenities": amenities,
-        "min_price": budget.min,
-        "max_price": budget.max,
-        "max_airport_miles": maxDistanceMiles.airport,
-        "max_city_center_miles": maxDistanceMiles.cityCenter,
+    request = {
+        "startDate": startDate, "endDate": endDate, "amenities": amenities, "roomTypes": roomTypes,
+        "budget": budget.model_dump(), "maxDistanceMiles": maxDistanceMiles.model_dump(),
     }
     hotels = []
-    for entry in catalog.search(criteria):
-        record = catalog.hotel(entry["hotel"])
-        if all(room in record["roomType"] for room in roomTypes):
-            hotels.append(HotelPrice(
-                hotelName=entry["hotel"], prices=entry["prices"], total=entry["total"],
-                amenities=sorted(name for name, offered in record["amenities"].items() if offered),
-                roomTypes=list(record["roomType"]), distanceMiles=DistanceMiles(**record["nearby"]),
-            ))
+    for entry in catalog.search(request):
+        record = catalog.hotel(entry["hotelName"])
+        hotels.append(HotelPrice(
+            **entry,
+            amenities=sorted(name for name, offered in record["amenities"].items() if offered),
+            roomTypes=list(record["roomType"]), distanceMiles=DistanceMiles(**record["nearby"]),
+        ))
     return SearchHotelsResult(hotels=hotels)
 
 

@@ -1,62 +1,46 @@
-"""Deterministic demo pricing: season, room, weekend and holiday multipliers over the nights of a stay."""
+"""The bundled pricing server's nightly prices: the demo's month, holiday, room and weekend multipliers.
+
+Prices are computed on calendar dates, from the ``YYYY-MM-DD`` text of the request, never on instants: the
+same request gets the same prices whatever the process's time zone (``TZ``). They equal the original demo
+server's when that one runs with ``TZ=UTC``; started in another zone, the original reads each date as the
+evening before and prices that day instead, which is why an external server must be given ``TZ`` explicitly.
+
+Every day from check-in to check-out is priced, check-out day included, as the original server does; the flow
+charges the nights only (``flows.hotel.booking.nightly_prices``).
+"""
 
 from __future__ import annotations
 
 from datetime import date, timedelta
-from functools import cache
 
-from flows.hotel.contract import stay_nights
-
-SEASON = {1: 0.9, 2: 0.9, 6: 1.2, 7: 1.3, 8: 1.25, 12: 1.1}
-ROOM = {"one bed": 1.0, "two beds": 1.25, "suite": 1.6}
-WEEKEND = 1.15  # Friday and Saturday nights
-HOLIDAY = 1.3
-
-
-def _weekday_of_month(year: int, month: int, weekday: int, nth: int) -> date:
-    """The ``nth`` ``weekday`` (Monday = 0) of a month; ``nth = -1`` is the last one."""
-    if nth > 0:
-        first = date(year, month, 1)
-        return first + timedelta(days=(weekday - first.weekday()) % 7 + 7 * (nth - 1))
-    last = date(year + month // 12, month % 12 + 1, 1) - timedelta(days=1)
-    return last - timedelta(days=(last.weekday() - weekday) % 7)
+#: Multiplier of each calendar month.
+MONTH = {1: 1.2, 2: 1.2, 3: 1.2, 4: 1.4, 5: 1.4, 6: 1.4, 7: 1.8, 8: 1.8, 9: 1.8, 10: 1.5, 11: 1.2, 12: 1.2}
+#: Multiplier of the room type the request names first; any other (or none) prices at 1.
+ROOM = {"two beds": 1.6, "suite": 2.5}
+#: Saturdays and Sundays.
+WEEKEND = 1.15
+HOLIDAY = 1.2
+#: The days priced as holidays in every year, as (month, day): the demo's 2025 holiday list as it computes it
+#: (its "third Monday" rule lands on 15 January and 19 February, its "fourth Thursday" on 27 November, ...).
+HOLIDAYS = frozenset({(1, 1), (1, 15), (2, 19), (5, 5), (7, 4), (9, 1), (10, 14), (11, 11), (11, 27), (12, 25)})
 
 
-# New Year's Day, Juneteenth, Independence Day, Veterans Day, Christmas Day, as (month, day).
-FIXED_HOLIDAYS = ((1, 1), (6, 19), (7, 4), (11, 11), (12, 25))
-# Martin Luther King Jr., Presidents', Memorial, Labor, Columbus and Thanksgiving Days,
-# as (month, weekday, nth); nth = -1 means the last one of the month.
-FLOATING_HOLIDAYS = ((1, 0, 3), (2, 0, 3), (5, 0, -1), (9, 0, 1), (10, 0, 2), (11, 3, 4))
+def priced_days(start: date, end: date) -> list[date]:
+    """Every day from the earlier to the later date, both included."""
+    first, last = min(start, end), max(start, end)
+    return [first + timedelta(days=offset) for offset in range((last - first).days + 1)]
 
 
-@cache
-def holidays(year: int) -> frozenset[date]:
-    """US federal holidays of ``year``.
-
-    Floating holidays are computed for the year asked about: a fixture copied from one year
-    puts Thanksgiving, Memorial Day and the rest on the wrong dates in every other year.
-    """
-    fixed = [date(year, month, day) for month, day in FIXED_HOLIDAYS]
-    return frozenset(fixed + [_weekday_of_month(year, *rule) for rule in FLOATING_HOLIDAYS])
+def day_price(base: float, room_type: str | None, day: date) -> float:
+    """One day's price, unrounded; the multipliers are combined first, in the demo's order, then applied."""
+    multiplier = MONTH[day.month] * (HOLIDAY if (day.month, day.day) in HOLIDAYS else 1)
+    multiplier *= ROOM.get(room_type or "", 1)
+    multiplier *= WEEKEND if day.weekday() >= 5 else 1
+    return base * multiplier
 
 
-def nightly_price(base: float, room_type: str, night: date) -> float:
-    """One night's price; weekend and holiday surcharges compound when both apply."""
-    rate = base * ROOM[room_type] * SEASON.get(night.month, 1.0)
-    if night.weekday() in (4, 5):
-        rate *= WEEKEND
-    if night in holidays(night.year):
-        rate *= HOLIDAY
-    return round(rate, 2)
-
-
-def quote(base: float | None, room_type: str, start: date, end: date) -> list[float] | None:
-    """Nightly prices for a stay, or None when there is nothing to price.
-
-    The original guard (`!prices && prices.length > 0`) could never be true, so an empty stay or a
-    hotel without a base price slipped through as a $0.00 match; here either one yields no quote.
-    """
-    nights = stay_nights(start, end)
-    if not base or not nights:
+def prices(base: float | None, room_type: str | None, start: date, end: date) -> list[float] | None:
+    """The price of every day of the stay, or None when the hotel has no usable base price."""
+    if not base or base <= 0:
         return None
-    return [nightly_price(base, room_type, night) for night in nights]
+    return [day_price(base, room_type, day) for day in priced_days(start, end)]
