@@ -11,7 +11,6 @@ from typing import Any
 from picoflow.local import eval_command, scaffold
 from picoflow.local.chat import chat
 from picoflow.local.project import DEFAULT_HANDLER, use_working_directory
-from picoflow.local.serve import serve
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -81,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "eval":
         return eval_command.run(args)
     if args.command == "serve":
+        # Imported here: the server imports the handler's logging and metrics, which read their settings from the
+        # environment at import; `picoflow eval` sets quieter ones first, so its table is not mixed with log lines.
+        from picoflow.local.serve import serve
+
         return serve(args.host, args.port, args.flows, inspector=args.inspector, handler=args.handler,
                      decision_providers=args.decision_providers)
     return chat(args.flow, args.url, args.config)
