@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from picoflow.local import eval_command, scaffold
 from picoflow.local.chat import chat
-from picoflow.local.project import DEFAULT_HANDLER, use_working_directory
+from picoflow.local.project import DEFAULT_HANDLER, ProjectError, use_working_directory
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -43,7 +44,10 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated decision providers (or factories) to register, e.g. typesafe=my_app.decisions:typesafe",
     )
     serve.add_argument(
-        "--handler", default=DEFAULT_HANDLER, metavar="MODULE:ATTR", help="the Lambda handler (default: %(default)s)"
+        "--handler",
+        default=DEFAULT_HANDLER,
+        metavar="MODULE:ATTR",
+        help="the Lambda handler (default: %(default)s; PicoFlow's own where there is no handlers package)",
     )
     serve.add_argument(
         "--no-inspector",
@@ -84,8 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # environment at import; `picoflow eval` sets quieter ones first, so its table is not mixed with log lines.
         from picoflow.local.serve import serve
 
-        return serve(args.host, args.port, args.flows, inspector=args.inspector, handler=args.handler,
-                     decision_providers=args.decision_providers)
+        try:
+            return serve(args.host, args.port, args.flows, inspector=args.inspector, handler=args.handler,
+                         decision_providers=args.decision_providers)
+        except ProjectError as error:
+            print(f"picoflow serve: error: {error}", file=sys.stderr)
+            return 2
     return chat(args.flow, args.url, args.config)
 
 

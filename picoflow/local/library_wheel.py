@@ -67,7 +67,8 @@ def write_library_wheel(folder: Path) -> Path:
         return Path(shutil.copy2(source, folder / source.name))
     # An installed .dist-info, not the .egg-info an editable install leaves in the checkout (found first when the
     # command runs there): only the former lists the licence files.
-    installed = next((found for found in metadata.distributions(name=DISTRIBUTION) if found.read_text("METADATA")), None)
+    candidates = metadata.distributions(name=DISTRIBUTION)
+    installed = next((found for found in candidates if found.read_text("METADATA")), None)
     if installed is None:
         raise WheelError(
             f"{DISTRIBUTION} is not installed in this Python, so there is no wheel to give the project: install "
