@@ -81,3 +81,11 @@ def test_a_script_out_of_replies_names_itself_and_the_setting_to_fix() -> None:
     else:
         raise AssertionError("the second call found a reply")
     assert "`PICOFLOW_SCRIPT`" in CONFIGURATION and "PICOFLOW_SCRIPT" in TROUBLESHOOTING
+
+
+def test_the_hotel_flows_line_count_on_the_run_locally_page_is_measured() -> None:
+    page = (ROOT / "docs" / "get-started" / "run-locally.md").read_text(encoding="utf-8")
+    (shown,) = re.findall(r"are \*\*(\d+) lines\*\*", page)
+    counted = sum(len((ROOT / "flows" / "hotel" / name).read_text(encoding="utf-8").splitlines())
+                  for name in ("flow.py", "steps.py"))
+    assert int(shown) == counted
