@@ -3,7 +3,9 @@
 The files come from ``project_template/`` beside this module. Every file there is stored with a ``.tmpl``
 suffix, so no tool mistakes a template for part of this package (a ``pyproject.toml``, a test, a module with
 placeholders), and is written without it; ``{{key}}`` placeholders are filled in and a ``__package__``
-directory takes the flow's package name.
+directory takes the flow's package name. ``picoflow new`` then puts the running PicoFlow's wheel in the project's
+``wheels/`` folder (``picoflow.local.library_wheel``), which the generated Makefile hands to pip with
+``--find-links``, so the project installs without a package index that has PicoFlow.
 """
 
 from __future__ import annotations
