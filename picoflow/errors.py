@@ -246,6 +246,15 @@ class CompactionError(PicoFlowError):
     status_code = 500
 
 
+class ScriptExhaustedError(PicoFlowError):
+    """A scripted model has no reply for a model call: its script (``PICOFLOW_SCRIPT``, a test's replies) is
+    shorter than the conversation. The turn answers ``MODEL_NOT_CONFIGURED`` naming ``PICOFLOW_SCRIPT`` as the
+    setting to fix; the message (the call's number, purpose and step, in our own words) is logged as well."""
+
+    code = "MODEL_NOT_CONFIGURED"
+    status_code = 503
+
+
 class ScriptedModelError(RuntimeError):
     """The failure a scripted reply with an ``"error"`` entry raises in place of answering.
 

@@ -11,6 +11,7 @@ from picoflow.errors import (
     BadRequestError,
     ModelNotConfiguredError,
     PicoFlowError,
+    ScriptExhaustedError,
     SessionOutcomeUnknownError,
     SessionStoreError,
     public_message,
@@ -84,6 +85,9 @@ class RunResponse(BaseModel):
             # Names only: which provider, and which setting (a variable or parameter name) the operator must set.
             extra["provider"] = exc.provider
             extra["setting"] = exc.setting
+        if isinstance(cause, ScriptExhaustedError):
+            # Our own wording (call number, purpose, step): which reply the script lacks.
+            extra["detail"] = str(cause)
         if isinstance(exc, SessionStoreError | SessionOutcomeUnknownError):
             # Our own wording: operation, endpoint and backend code, never user text.
             extra["detail"] = exc.message

@@ -9,7 +9,14 @@ The conventions (docs/reference/index.md, "How the examples are checked"):
   section must exist and compile, and the module runs where a page imports it;
 * a ```text block titled "Output" right after a python block is what that block prints, compared line by line;
 * a ```json block's title says what it is, and it is validated by the model the code reads it with
-  (``JSON_KINDS``); a json block without a known title fails.
+  (``JSON_KINDS``); a json block without a known title fails;
+* a block titled with a file name (``title="greeting.py"``, ``title="replies.json"``) is a file the reader saves:
+  it is written into the page's folder, which is on ``sys.path``, so later blocks import it; a ``.py`` file followed
+  by an "Output" block is also run as a script (``python greeting.py``) there and its output compared. A json
+  file is validated by its name (``FILE_KINDS``).
+
+``run_page(page, folder)`` runs a page in ``folder`` as the working directory; tests/test_docs_outside.py runs the
+tutorial pages that way in a process that cannot import this repository's ``docs`` or ``flows``.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import contextlib
 import io
 import json
 import re
+import runpy
 import sys
+import tempfile
 import textwrap
 from collections import Counter
 from collections.abc import Callable
@@ -111,6 +120,34 @@ JSON_KINDS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+#: A file block's name (its title) and the check its content gets; any .py name is a module or script.
+FILE_KINDS: dict[str, Callable[[Any], Any]] = {
+    "replies.json": ScriptedProvider,
+    "conversation.json": _conversation,
+    "scenario.json": Scenario.model_validate,
+}
+_FILE_TITLE = re.compile(r"^[\w.-]+(?:/[\w.-]+)*\.(?:py|json|md|txt)$")
+
+
+def _write_file(folder: Path, block: Block, where: str) -> Path:
+    """Save a file block where the reader would, checking a json file by its name."""
+    assert block.title is not None
+    path = folder / block.title
+    if path.suffix == ".json":
+        check = FILE_KINDS.get(path.name)
+        assert check is not None, f"{where}: a json file block is one of {sorted(FILE_KINDS)}"
+        check(json.loads(block.body))
+    elif path.suffix == ".py":
+        compile(block.body, where, "exec", dont_inherit=True)
+        # A page may rewrite a module it saved before: the next import reads the new text.
+        module = ".".join(path.relative_to(folder).with_suffix("").parts)
+        for name in [name for name in sys.modules if name == module or name.startswith(f"{module}.")]:
+            del sys.modules[name]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(block.body, encoding="utf-8")
+    return path
+
+
 def _section(path: str, section: str | None) -> str:
     source = (ROOT / path).read_text(encoding="utf-8")
     if section is None:
@@ -130,48 +167,65 @@ def _compile(source: str, name: str) -> Any:
     return compile(source, name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
 
 
-def run_page(page: Path) -> Counter[str]:
-    """Check every block of ``page``; the counts of python blocks run, fragments, inclusions and json checked."""
+def run_page(page: Path, folder: Path | None = None) -> Counter[str]:
+    """Check every block of ``page``; the counts of python blocks run, fragments, inclusions and json checked.
+
+    File blocks are saved into ``folder`` (a fresh temporary one when None), which is put first on ``sys.path``.
+    """
     counts: Counter[str] = Counter()
     found = blocks(page)
     namespace: dict[str, Any] = {"__name__": f"docs_page_{page.stem.replace('-', '_')}"}
+    folder = Path(tempfile.mkdtemp(prefix="docs-page-")) if folder is None else folder
+    sys.path.insert(0, str(folder))
     loop = asyncio.new_event_loop()
     try:
         for index, block in enumerate(found):
-            where = f"{page.relative_to(ROOT)}:{block.line}"
-            if block.lang == "json":
+            where = f"{page.name}:{block.line}"
+            following = found[index + 1] if index + 1 < len(found) else None
+            shows_output = following is not None and following.lang == "text" and following.title == "Output"
+            if block.title and _FILE_TITLE.match(block.title):
+                path = _write_file(folder, block, where)
+                counts["file"] += 1
+                if path.suffix != ".py" or not shows_output:
+                    continue
+                printed = io.StringIO()
+                with contextlib.redirect_stdout(printed), contextlib.chdir(folder):
+                    runpy.run_path(str(path), run_name="__main__")
+                counts["executed"] += 1
+            elif block.lang == "json":
                 assert block.title in JSON_KINDS, f"{where}: a json block needs a title among {sorted(JSON_KINDS)}"
                 snippets = _snippet_lines(block.body)
                 text = "".join(_section(m["path"], m["section"]) for m in snippets) if snippets else block.body
                 JSON_KINDS[block.title](json.loads(text))
                 counts["json"] += 1
                 continue
-            if block.lang != "python":
+            elif block.lang != "python":
                 continue
-            snippets = _snippet_lines(block.body)
-            if snippets:
-                for match in snippets:
-                    _compile(textwrap.dedent(_section(match["path"], match["section"])), where)
-                counts["included"] += 1
-                continue
-            code = _compile(block.body, where)
-            if block.body.startswith("# fragment"):
-                counts["fragment"] += 1
-                continue
-            printed = io.StringIO()
-            with contextlib.redirect_stdout(printed):
-                result = eval(code, namespace)  # noqa: S307 - the docs' own examples
-                if asyncio.iscoroutine(result):
-                    loop.run_until_complete(result)
-            counts["executed"] += 1
-            following = found[index + 1] if index + 1 < len(found) else None
-            if following is not None and following.lang == "text" and following.title == "Output":
+            else:
+                snippets = _snippet_lines(block.body)
+                if snippets:
+                    for match in snippets:
+                        _compile(textwrap.dedent(_section(match["path"], match["section"])), where)
+                    counts["included"] += 1
+                    continue
+                code = _compile(block.body, where)
+                if block.body.startswith("# fragment"):
+                    counts["fragment"] += 1
+                    continue
+                printed = io.StringIO()
+                with contextlib.redirect_stdout(printed):
+                    result = eval(code, namespace)  # noqa: S307 - the docs' own examples
+                    if asyncio.iscoroutine(result):
+                        loop.run_until_complete(result)
+                counts["executed"] += 1
+            if following is not None and shows_output:
                 shown = [line.rstrip() for line in following.body.rstrip().splitlines()]
                 assert [line.rstrip() for line in printed.getvalue().rstrip().splitlines()] == shown, (
                     f"{where}: the block printed\n{printed.getvalue()}\nwhere the page shows\n{following.body}"
                 )
                 counts["output"] += 1
     finally:
+        sys.path.remove(str(folder))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
     return counts

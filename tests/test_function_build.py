@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,10 @@ def test_each_sample_event_answers_from_the_built_function(name, repository_func
 def project_function(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("project")
     project = create_project("travel-desk", base)
-    return project, build(project, base / "function", f"PICOFLOW_WHEEL={wheel}")
+    # Where `picoflow new` puts the library's wheel, which the build finds there.
+    (project / "wheels").mkdir()
+    shutil.copy2(wheel, project / "wheels" / wheel.name)
+    return project, build(project, base / "function")
 
 
 def test_a_new_projects_sample_event_answers_from_its_built_function(project_function, bare_python, runtime):

@@ -1,12 +1,15 @@
 """``picoflow new NAME``: the project it writes, the names it refuses, and the project working end to end.
 
-The end-to-end test installs the wheel's venv (shared with tests/test_packaging.py through tests/conftest.py), then
-the generated project with its [dev] extras from the package registry, into a venv layered over it.
+The end-to-end test follows a newcomer on a fresh clone: `make run` there, then `picoflow new` from that clone's
+.venv in a folder outside it, then the commands it printed. The project installs PicoFlow from the wheel `picoflow
+new` put in its wheels/ folder and everything else from the package registry.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import base64
+import email
+import hashlib
 import json
 import os
 import py_compile
@@ -15,16 +18,18 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 from cfnlint.decode import cfn_yaml
 
 import picoflow
-from picoflow.local import cli, scaffold
+from picoflow.local import cli, library_wheel, scaffold
 from picoflow.local.scaffold import ScaffoldError, create_project, main, project_values
-from tests.support.packaging import ROOT, copy_into, make_venv, overlay_venv, pip_install, run, user_home
+from tests.support.packaging import copy_into, run, user_home
 
 # The longest name allowed: the generated code must stay within the line length with it.
 LONG_NAME = "customer_support-ticket-triage-assistant"
@@ -117,7 +122,10 @@ def test_the_makefile_runs_the_demo_and_the_tests(project: Path) -> None:
     assert "-m picoflow.local.demo --flow $(FLOW) --flows flows" in makefile
     assert re.search(r"^run: \$\(STAMP\)$", makefile, re.MULTILINE)
     assert re.search(r"^test: \$\(STAMP\)\n\t\$\(PY\) -m ruff check \.\n\t\$\(PY\) -m pytest$", makefile, re.MULTILINE)
-    assert """$(if $(PICOFLOW_WHEEL),"$(PICOFLOW_WHEEL)") -e '.[dev]'""" in makefile
+    # The library from wheels/ when `picoflow new` put one there, else (and its dependencies) from the index.
+    assert "FIND_WHEELS := $(if $(wildcard wheels/*.whl),--find-links wheels)" in makefile
+    assert "$(PY) -m pip install --quiet $(FIND_WHEELS) -e '.[dev]'" in makefile
+    assert "$(FIND_WHEELS) -r requirements.txt" in makefile and "PICOFLOW_WHEEL" not in makefile
     assert "sam build && sam deploy --guided" in (project / "README.md").read_text()
 
 
@@ -204,20 +212,34 @@ def printed_steps(printed: str) -> list[str]:
     return [line.split("#", 1)[0].strip() for line in printed.split("\n\n")[1].splitlines()]
 
 
-def test_main_creates_the_project_in_the_working_directory(
+def test_main_creates_the_project_in_the_working_directory_with_this_picoflows_wheel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(scaffold, "installed_wheel", lambda: None)
     assert main(["travel-desk"]) == 0
-    assert files_under(tmp_path / "travel-desk") == EXPECTED_FILES
+    wheel = f"wheels/picoflow_aws-{metadata.version('picoflow-aws')}-py3-none-any.whl"
+    assert files_under(tmp_path / "travel-desk") == EXPECTED_FILES | {wheel}
     out = capsys.readouterr().out
     assert "TravelDeskFlow" in out and printed_steps(out) == ["cd travel-desk", "make run", "make test"]
-    # Not installed from a wheel: how to point make at one, should the package index lack the library.
-    assert f"  export PICOFLOW_WHEEL=/path/to/picoflow_aws-{project_values('x')['picoflow_version']}" in out
+    assert f"from {wheel},\nthe library you ran this command with" in out
 
     assert main(["travel-desk"]) == 2
     assert "not an empty directory" in capsys.readouterr().err
+
+
+def test_without_an_installed_distribution_the_project_is_written_for_the_package_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def missing(name: str) -> metadata.Distribution:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(library_wheel.metadata, "distribution", missing)
+    monkeypatch.setattr(library_wheel.metadata, "distributions", lambda name: iter(()))
+    assert main(["travel-desk", "--dir", str(tmp_path)]) == 0
+    assert files_under(tmp_path / "travel-desk") == EXPECTED_FILES
+    captured = capsys.readouterr()
+    assert "picoflow-aws is not installed in this Python" in captured.err
+    assert "make installs picoflow-aws>=" in captured.out and "from your package index." in captured.out
 
 
 def test_the_wheel_picoflow_came_from_is_read_from_its_install_record(
@@ -234,8 +256,8 @@ def test_the_wheel_picoflow_came_from_is_read_from_its_install_record(
             return self.record if name == "direct_url.json" else None
 
     def installed_from(record: str | None) -> Path | None:
-        monkeypatch.setattr(scaffold.metadata, "distribution", lambda name: Installed(record))
-        return scaffold.installed_wheel()
+        monkeypatch.setattr(library_wheel.metadata, "distribution", lambda name: Installed(record))
+        return library_wheel.installed_wheel()
 
     assert installed_from(json.dumps({"url": wheel.as_uri(), "archive_info": {}})) == wheel
     assert installed_from(None) is None  # from the package index: pip records nothing
@@ -245,15 +267,45 @@ def test_the_wheel_picoflow_came_from_is_read_from_its_install_record(
     assert installed_from("not json") is None
 
 
-def test_main_prints_the_wheel_line_when_picoflow_came_from_a_wheel(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_a_picoflow_installed_from_a_wheel_gives_the_project_that_very_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    wheel = tmp_path / "dist" / "picoflow_aws-1.0.0-py3-none-any.whl"
-    monkeypatch.setattr(scaffold, "installed_wheel", lambda: wheel)
-    assert main(["travel-desk"]) == 0
-    steps = printed_steps(capsys.readouterr().out)
-    assert steps == ["cd travel-desk", f"export PICOFLOW_WHEEL={wheel}", "make run", "make test"]
+    source = tmp_path / "dist" / "picoflow_aws-1.0.0-py3-none-any.whl"
+    source.parent.mkdir()
+    source.write_bytes(b"the wheel")
+    monkeypatch.setattr(library_wheel, "installed_wheel", lambda: source)
+    assert main(["travel-desk", "--dir", str(tmp_path)]) == 0
+    copied = tmp_path / "travel-desk" / "wheels" / source.name
+    assert copied.read_bytes() == b"the wheel"
+
+
+def test_the_wheel_written_from_an_installation_holds_what_a_build_of_the_sources_holds(
+    tmp_path: Path, wheel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This test run's picoflow is an editable install of the checkout: the wheel is written from its files.
+    monkeypatch.setattr(library_wheel, "installed_wheel", lambda: None)
+    written = library_wheel.write_library_wheel(tmp_path / "a")
+    assert written.name == wheel.name
+    with zipfile.ZipFile(written) as ours, zipfile.ZipFile(wheel) as built:
+        assert sorted(ours.namelist()) == sorted(built.namelist())
+        name = next(n for n in ours.namelist() if n.endswith(".dist-info/METADATA"))
+        # The installed metadata's fields (its description is the README as it was at install time).
+        mine, theirs = (email.message_from_bytes(archive.read(name)) for archive in (ours, built))
+        for field in ("Name", "Version", "Requires-Python", "License-Expression"):
+            assert mine[field] == theirs[field], field
+        assert sorted(mine.get_all("Requires-Dist")) == sorted(theirs.get_all("Requires-Dist"))
+        entry_points = name.replace("METADATA", "entry_points.txt")
+        assert ours.read(entry_points) == built.read(entry_points)
+        # Every file's hash and size as RECORD states them, as pip checks at install time.
+        record = ours.read(name.replace("METADATA", "RECORD")).decode().splitlines()
+        for line in record:
+            path, digest, size = line.rsplit(",", 2)
+            if digest:
+                data = ours.read(path)
+                expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                assert (digest, int(size)) == (f"sha256={expected}", len(data)), path
+    # The same installation gives the same bytes.
+    assert library_wheel.write_library_wheel(tmp_path / "b").read_bytes() == written.read_bytes()
 
 
 def test_main_takes_a_parent_directory_and_reports_a_bad_name(
@@ -270,18 +322,20 @@ def test_main_takes_a_parent_directory_and_reports_a_bad_name(
 
 def test_the_picoflow_command_has_a_new_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["new", "travel-desk", "--dir", str(tmp_path)]) == 0
-    assert files_under(tmp_path / "travel-desk") == EXPECTED_FILES
+    assert files_under(tmp_path / "travel-desk") - EXPECTED_FILES == {
+        f"wheels/picoflow_aws-{metadata.version('picoflow-aws')}-py3-none-any.whl"
+    }
     assert "TravelDeskFlow" in capsys.readouterr().out
     assert cli.main(["new", "travel-desk", "--dir", str(tmp_path)]) == 2
     assert "not an empty directory" in capsys.readouterr().err
 
 
-# -- a fresh machine: build the wheel, `picoflow new`, then only what it printed and the project's README say -------
+# -- a fresh clone: `make run`, `picoflow new` elsewhere, then only what it printed and the project's README say -----
 
 
 @dataclass(frozen=True)
 class Walkthrough:
-    wheel: Path
+    checkout: Path
     project: Path
     printed: str  # what `picoflow new` printed
     steps: list[str]  # the commands it printed, in order
@@ -293,12 +347,6 @@ def clean_env(home: Path) -> dict[str, str]:
     pip = {name: value for name, value in os.environ.items() if name.startswith("PIP_")}
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "PYTHONNOUSERSITE": "1",
             "LANG": "C.UTF-8", **pip}
-
-
-def dev_requirement(name: str) -> str:
-    """The library's requirement on ``name`` among the dev extras, which `make` installs."""
-    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
-    return next(requirement for requirement in extra if re.split(r"[\[>=<~; ]", requirement)[0] == name)
 
 
 @pytest.fixture(scope="module")
@@ -313,32 +361,26 @@ def make() -> str:
 
 
 @pytest.fixture(scope="module")
-def walkthrough(make: str, venv_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Walkthrough:
+def walkthrough(make: str, tmp_path_factory: pytest.TempPathFactory) -> Walkthrough:
     base = tmp_path_factory.mktemp("fresh")
     env = clean_env(user_home(base / "home"))
-    # The wheel, built in a checkout as the README says, with the `build` the dev extras install.
-    checkout = copy_into(base / "checkout", ["pyproject.toml", "README.md", "LICENSE", "picoflow"])
-    builder = sys.executable if importlib.util.find_spec("build") else make_venv(
-        base / "build-venv", dev_requirement("build")
-    )
-    run([str(builder), "-m", "build", "--wheel"], cwd=checkout)
-    (wheel,) = (checkout / "dist").glob("picoflow_aws-*.whl")
-    # picoflow installed from that wheel, its dependencies those the shared venv has from the package index
-    # (--ignore-installed: the shared venv's own copy of the library is shadowed, never uninstalled).
-    user_python = overlay_venv(venv_python, base / "user-venv")
-    pip_install(user_python, "--no-deps", "--ignore-installed", str(wheel))
-    new = run([str(user_python.parent / "picoflow"), "new", "travel-desk"], cwd=base, env=env)
+    # A clone's files; `make run` there makes .venv with the library installed editable, as the README says.
+    checkout = copy_into(base / "checkout", [
+        "Makefile", "pyproject.toml", "README.md", "LICENSE", "picoflow", "handlers", "flows", "events"
+    ])
+    run([make, "--no-print-directory", "run"], cwd=checkout, env=env, timeout=900)
+    # `picoflow new` from that .venv, in a folder outside the clone, with no variable set.
+    new = run([str(checkout / ".venv" / "bin" / "picoflow"), "new", "travel-desk"], cwd=base, env=env)
     steps = printed_steps(new.stdout)
     # The printed commands exactly as printed, in one shell: the project's own .venv, nothing prepared for it.
     done = run(["bash", "-euc", "\n".join(steps)], cwd=base, env=env, timeout=900)
-    return Walkthrough(wheel, base / "travel-desk", new.stdout, steps, done.stdout)
+    return Walkthrough(checkout, base / "travel-desk", new.stdout, steps, done.stdout + done.stderr)
 
 
-def test_picoflow_new_prints_the_steps_with_the_wheel_it_was_installed_from(walkthrough: Walkthrough) -> None:
-    assert walkthrough.steps == [
-        "cd travel-desk", f"export PICOFLOW_WHEEL={walkthrough.wheel}", "make run", "make test"
-    ]
-    assert "the wheel this picoflow was installed from" in walkthrough.printed
+def test_picoflow_new_prints_the_steps_and_gives_the_project_the_library(walkthrough: Walkthrough) -> None:
+    assert walkthrough.steps == ["cd travel-desk", "make run", "make test"]
+    (wheel,) = (walkthrough.project / "wheels").glob("picoflow_aws-*-py3-none-any.whl")
+    assert f"from wheels/{wheel.name},\nthe library you ran this command with" in walkthrough.printed
 
 
 def test_the_new_project_runs_its_demo_and_passes_its_tests_as_printed(walkthrough: Walkthrough) -> None:
@@ -348,13 +390,15 @@ def test_the_new_project_runs_its_demo_and_passes_its_tests_as_printed(walkthrou
     assert "(session completed)" in out and "currentStep=AnswerStep" in out
     assert "All checks passed!" in out
     assert re.search(r"\b3 passed\b", out), out[-3000:]
+    # Quiet installs: no setuptools notice box, no pip progress.
+    assert "!!" not in out and "Warning" not in out, out
 
 
-def test_the_project_installed_the_library_from_the_wheel(walkthrough: Walkthrough) -> None:
+def test_the_project_installed_the_library_from_its_wheels_folder(walkthrough: Walkthrough) -> None:
     probe = (
-        "import importlib.metadata as m, json, picoflow, flows, handlers.api as api\n"
+        "import importlib.metadata as m, picoflow, flows, handlers.api as api\n"
         "print(picoflow.__file__, flows.__file__, api.__file__)\n"
-        "print(json.loads(m.distribution('picoflow-aws').read_text('direct_url.json'))['url'])\n"
+        "print(m.version('picoflow-aws'), m.distribution('picoflow-aws').read_text('direct_url.json'))\n"
     )
     python = walkthrough.project / ".venv" / "bin" / "python"
     result = run([str(python), "-c", probe], cwd=walkthrough.project, env=clean_env(walkthrough.project))
@@ -362,17 +406,27 @@ def test_the_project_installed_the_library_from_the_wheel(walkthrough: Walkthrou
     library, flows, handlers = files.split()
     assert Path(library).is_relative_to(walkthrough.project / ".venv")
     assert Path(flows).is_relative_to(walkthrough.project) and Path(handlers).is_relative_to(walkthrough.project)
-    assert origin == walkthrough.wheel.as_uri()
+    # Found by --find-links like an index's file (pip records no direct URL), at the clone's version.
+    assert origin == f"{metadata.version('picoflow-aws')} None"
 
 
 def test_the_generated_readme_explains_the_wheel_and_the_scripted_conversation(walkthrough: Walkthrough) -> None:
     readme = (walkthrough.project / "README.md").read_text()
-    assert f"export PICOFLOW_WHEEL=/path/to/picoflow_aws-{project_values('x')['picoflow_version']}-py3-none-any.whl" \
-        in readme
+    assert "The library comes from `wheels/`" in readme and "PICOFLOW_WHEEL" not in readme
     assert "## The scripted conversation" in readme
     for example in ('"tool_calls": [{"name": "save_name"', '{"for": "decision"', '{"for": "summary"'):
         assert example in readme
     assert "make run FLOW=" in readme
+
+
+def test_make_eval_prints_the_progress_and_the_table_without_log_lines(walkthrough: Walkthrough, make: str) -> None:
+    project = walkthrough.project
+    result = run([make, "--no-print-directory", "eval"], cwd=project, env=clean_env(project))
+    out = result.stdout + result.stderr
+    assert "TravelDeskFlow turn 1/2 greeting: pass" in out and out.rstrip().endswith("passed")
+    assert re.search(r"^turn +label +score +pass", out, re.MULTILINE)
+    # Neither the handler's JSON log lines nor its metrics.
+    assert '{"level"' not in out and '"_aws"' not in out, out
 
 
 def test_make_run_replays_any_flow_of_the_project(walkthrough: Walkthrough, make: str) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from picoflow.local import eval_command, scaffold
 from picoflow.local.chat import chat
-from picoflow.local.project import DEFAULT_HANDLER, use_working_directory
-from picoflow.local.serve import serve
+from picoflow.local.project import DEFAULT_HANDLER, ProjectError, use_working_directory
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -44,7 +44,10 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated decision providers (or factories) to register, e.g. typesafe=my_app.decisions:typesafe",
     )
     serve.add_argument(
-        "--handler", default=DEFAULT_HANDLER, metavar="MODULE:ATTR", help="the Lambda handler (default: %(default)s)"
+        "--handler",
+        default=DEFAULT_HANDLER,
+        metavar="MODULE:ATTR",
+        help="the Lambda handler (default: %(default)s; PicoFlow's own where there is no handlers package)",
     )
     serve.add_argument(
         "--no-inspector",
@@ -81,8 +84,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "eval":
         return eval_command.run(args)
     if args.command == "serve":
-        return serve(args.host, args.port, args.flows, inspector=args.inspector, handler=args.handler,
-                     decision_providers=args.decision_providers)
+        # Imported here: the server imports the handler's logging and metrics, which read their settings from the
+        # environment at import; `picoflow eval` sets quieter ones first, so its table is not mixed with log lines.
+        from picoflow.local.serve import serve
+
+        try:
+            return serve(args.host, args.port, args.flows, inspector=args.inspector, handler=args.handler,
+                         decision_providers=args.decision_providers)
+        except ProjectError as error:
+            print(f"picoflow serve: error: {error}", file=sys.stderr)
+            return 2
     return chat(args.flow, args.url, args.config)
 
 

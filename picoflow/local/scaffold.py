@@ -3,28 +3,27 @@
 The files come from ``project_template/`` beside this module. Every file there is stored with a ``.tmpl``
 suffix, so no tool mistakes a template for part of this package (a ``pyproject.toml``, a test, a module with
 placeholders), and is written without it; ``{{key}}`` placeholders are filled in and a ``__package__``
-directory takes the flow's package name.
+directory takes the flow's package name. ``picoflow new`` then puts the running PicoFlow's wheel in the project's
+``wheels/`` folder (``picoflow.local.library_wheel``), which the generated Makefile hands to pip with
+``--find-links``, so the project installs without a package index that has PicoFlow.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import keyword
 import re
 import shlex
 import sys
-from importlib import metadata, resources
+from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 from picoflow import __version__
+from picoflow.local.library_wheel import DISTRIBUTION, WheelError, write_library_wheel
 
-DISTRIBUTION = "picoflow-aws"
-#: The variable the generated Makefile installs the library from while the package index does not have it.
-WHEEL_VARIABLE = "PICOFLOW_WHEEL"
+#: The project folder holding PicoFlow's wheel, which the generated Makefile installs the library from.
+WHEELS_FOLDER = "wheels"
 TEMPLATE_SUFFIX = ".tmpl"
 PACKAGE_PLACEHOLDER = "__package__"
 # setuptools leaves dotfiles out of package data, so they are stored under a plain name.
@@ -120,24 +119,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def installed_wheel() -> Path | None:
-    """The local wheel file the running picoflow-aws was installed from, if it was one and still exists."""
-    try:
-        # pip records where a distribution came from when it was not the package index (PEP 610).
-        recorded = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return None
-    try:
-        origin = json.loads(recorded or "{}")
-    except ValueError:
-        return None
-    url = urlparse(str(origin.get("url", "")) if isinstance(origin, dict) else "")
-    path = Path(url2pathname(url.path))
-    return path if url.scheme == "file" and path.suffix == ".whl" and path.is_file() else None
-
-
 def run(args: argparse.Namespace) -> int:
-    """Create the project ``args`` describe and print the next steps; returns the exit code."""
+    """Create the project ``args`` describe, give it this PicoFlow's wheel and print the next steps.
+
+    Returns the exit code.
+    """
     try:
         values = project_values(args.name)
         target = create_project(args.name, args.dir if args.dir is not None else Path.cwd())
@@ -147,24 +133,25 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"picoflow new: error: {error}", file=sys.stderr)
         return 1
+    try:
+        wheel: Path | None = write_library_wheel(target / WHEELS_FOLDER)
+    except (WheelError, OSError) as error:
+        wheel = None
+        print(f"picoflow new: warning: {error}", file=sys.stderr)
     here = Path.cwd().resolve()
     shown = target.resolve().relative_to(here) if target.resolve().is_relative_to(here) else target
-    wheel = installed_wheel()
     requirement = f"{DISTRIBUTION}>={values['picoflow_version']}"
     print(f"Created {values['flow']} in {target}\n")
     print(f"  cd {shlex.quote(str(shown))}")
-    if wheel is not None:
-        print(f"  export {WHEEL_VARIABLE}={shlex.quote(str(wheel))}")
     print("  make run     # the offline demo: a scripted conversation through the Lambda handler")
     print("  make test    # ruff and pytest")
     print()
     if wheel is not None:
-        print(f"make installs {requirement} from {WHEEL_VARIABLE}, the wheel this picoflow was installed from;")
-        print("once your package index has picoflow-aws, leave the variable unset.")
+        print(f"make installs {requirement} from {WHEELS_FOLDER}/{wheel.name},")
+        print("the library you ran this command with, and its dependencies from your package index.")
+        print(f"Delete {WHEELS_FOLDER}/ once the index has the PicoFlow version you want.")
     else:
-        print(f"make installs {requirement} from your package index. If pip finds no such distribution there,")
-        print("point make at a wheel first (`.venv/bin/python -m build --wheel` in a PicoFlow checkout builds one):")
-        print(f"\n  export {WHEEL_VARIABLE}=/path/to/picoflow_aws-{values['picoflow_version']}-py3-none-any.whl")
+        print(f"make installs {requirement} from your package index.")
     print("\nDeploy with `sam build && sam deploy --guided` (see README.md).")
     return 0
 

@@ -20,6 +20,7 @@ import threading
 import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -29,15 +30,24 @@ from picoflow.aws.discovery import DECISION_PROVIDERS_VARIABLE, FLOWS_VARIABLE
 from picoflow.events import TurnEvent
 from picoflow.files.local_store import LocalFileStore, store_upload_target
 from picoflow.local.inspector import Inspector, session_reader
-from picoflow.local.project import DEFAULT_HANDLER, LambdaHandler, StreamTurn, handler_streamer, load_handler
+from picoflow.local.project import (
+    DEFAULT_HANDLER,
+    LambdaHandler,
+    StreamTurn,
+    check_flow_modules,
+    handler_streamer,
+    load_handler,
+)
 from picoflow.local.readiness import startup_warnings
 from picoflow.wire import JSON
 
 EVENT_STREAM = "text/event-stream"
 RUN_PATH = "/ai/run"
 
-# Where uploads go when neither FILES_BUCKET nor FILES_FOLDER says otherwise (beside the default SQLite file).
-DEFAULT_UPLOAD_FOLDER = "ignore/uploads"
+# Under the state folder: the sessions when SQLITE_PATH does not say otherwise, and the uploads when neither
+# FILES_BUCKET nor FILES_FOLDER does.
+SESSIONS_FILE = "sessions.sqlite"
+UPLOADS_FOLDER = "uploads"
 # API Gateway refuses request payloads above 10 MB before invoking the integration.
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
 # The template's function timeout, which the local server gives every invocation unless told otherwise.
@@ -372,6 +382,16 @@ def local_uploads() -> LocalFileStore | None:
     return LocalFileStore(folder) if folder and not os.environ.get("FILES_BUCKET") else None
 
 
+def state_folder() -> Path:
+    """Where ``picoflow serve`` keeps its SQLite sessions and uploads unless told otherwise.
+
+    ``$XDG_STATE_HOME/picoflow``, by default ``~/.local/state/picoflow``: the same for every project, kept across
+    restarts, and never the working directory, which stays as the user left it.
+    """
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "picoflow"
+
+
 def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
@@ -382,21 +402,30 @@ def serve(
 ) -> int:
     """Run the local API (and, unless ``inspector`` is off, the chat page) until interrupted.
 
-    Sessions default to the SQLite store and uploads to the folder ``ignore/uploads``; ``flows``
+    Sessions default to the SQLite store in ``state_folder()`` and uploads to its ``uploads`` folder; ``flows``
     (comma-separated modules) sets ``PICOFLOW_FLOWS`` and ``decision_providers`` (``name=module:attribute``,
     comma-separated) ``PICOFLOW_DECISION_PROVIDERS``.
+
+    Raises:
+        ProjectError: the handler or a flow module cannot be loaded (the command prints the sentence).
     """
     os.environ.setdefault("SESSION_STORE", "SQLITE")
+    state = state_folder()
+    if os.environ["SESSION_STORE"].strip().upper() == "SQLITE":
+        os.environ.setdefault("SQLITE_PATH", str(state / SESSIONS_FILE))
     if not os.environ.get("FILES_BUCKET"):
-        os.environ.setdefault("FILES_FOLDER", DEFAULT_UPLOAD_FOLDER)
+        os.environ.setdefault("FILES_FOLDER", str(state / UPLOADS_FOLDER))
     if flows:
         os.environ[FLOWS_VARIABLE] = flows
+        check_flow_modules(flows)
     if decision_providers:
         os.environ[DECISION_PROVIDERS_VARIABLE] = decision_providers
     server = make_server(host, port, handler, inspector=inspector)
     for warning in startup_warnings(os.environ):
         print(f"Warning: {warning}", file=sys.stderr, flush=True)
-    print(f"PicoFlow API listening on {server.url} (session store {os.environ['SESSION_STORE']})", flush=True)
+    store = os.environ["SESSION_STORE"]
+    where = f" in {os.environ['SQLITE_PATH']}" if store.strip().upper() == "SQLITE" else ""
+    print(f"PicoFlow API listening on {server.url} (session store {store}{where})", flush=True)
     routes = "POST /ai/run, POST /ai/files, POST /ai/end, GET /ai/flows, GET /health"
     if server.uploads is not None:
         routes += f"; uploads: PUT /ai/uploads/<fileId> into {os.environ['FILES_FOLDER']}"

@@ -22,7 +22,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
-from picoflow.errors import IllegalConversationError, PicoFlowError, ScriptedModelError
+from picoflow.errors import IllegalConversationError, PicoFlowError, ScriptedModelError, ScriptExhaustedError
 from picoflow.files.refs import KNOWN_TYPES
 from picoflow.models.calls import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
 from picoflow.models.registry import ModelProvider, ModelSelection
@@ -125,7 +125,7 @@ class ScriptedProvider(ModelProvider):
             index = self._next_reply(purpose, step, tool_names)
             if index is None:
                 unused = self._used.count(False)
-                raise PicoFlowError(
+                raise ScriptExhaustedError(
                     f"Scripted provider '{self.name}' has no reply for model call {call_number}, a {purpose} call"
                     f"{f' of step {step!r}' if step else ''}: {unused} of its {len(self._script)} replies are unused"
                     f" and none answers this call. {_wanted(purpose, step)}"

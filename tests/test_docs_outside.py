@@ -1,0 +1,147 @@
+"""The pages a newcomer follows run where the newcomer is: in a folder of their own, with only PicoFlow installed.
+
+Each track's pages run in order in one fresh folder outside the repository, in a separate Python process that
+cannot import this repository's ``docs`` or ``flows`` (``python -I``: no working directory or PYTHONPATH on
+``sys.path``). The python blocks and file blocks run as tests/test_docs_examples.py runs them (its ``run_page``,
+copied beside the folder), so the shown outputs are compared the same way. A page's shell blocks run too:
+``Terminal 1`` starts the server in the background, the ``Terminal 2`` blocks run in one shell, each compared
+with the "Output" block after it (session ids, request ids, the port and the home folder normalised).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.test_docs_examples import DOCS, ROOT, Block, _snippet_lines, blocks
+
+#: The tracks that promise to run outside the repository, each page in reading order in one folder.
+TRACKS = {
+    "get-started": ["get-started/first-flow.md", "get-started/first-request.md"],
+}
+_MARK = "@@block-done@@"
+_IMPORT_FROM_REPO = re.compile(r"^\s*(?:from|import)\s+(?:docs|flows|handlers|tests)\b", re.MULTILINE)
+
+
+def _normalise(text: str, port: int, home: Path) -> list[str]:
+    text = text.replace(f"127.0.0.1:{port}", "127.0.0.1:8000").replace(str(home), "/home/you")
+    text = re.sub(r"\b[0-9a-f]{32}\b", "<session>", text)
+    text = re.sub(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "<request>", text)
+    return [line.rstrip() for line in text.strip().splitlines()]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _shell_blocks(page: Path) -> list[tuple[Block, Block | None]]:
+    found = blocks(page)
+    pairs = []
+    for index, block in enumerate(found):
+        if block.lang == "bash" and block.title in ("Terminal 1", "Terminal 2"):
+            following = found[index + 1] if index + 1 < len(found) else None
+            shown = following if following is not None and following.title == "Output" else None
+            pairs.append((block, shown))
+    return pairs
+
+
+def _run_python_blocks(page: Path, folder: Path, checker: Path, env: dict[str, str]) -> None:
+    code = (
+        "import sys; from pathlib import Path\n"
+        f"sys.path.insert(0, {str(checker)!r})\n"
+        "import docs_check\n"
+        f"print(dict(docs_check.run_page(Path({str(page)!r}), Path({str(folder)!r}))))\n"
+    )
+    result = subprocess.run([sys.executable, "-I", "-c", code], cwd=folder, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, f"{page.relative_to(DOCS)} outside the repository:\n{result.stderr[-4000:]}"
+
+
+def _run_shell_blocks(page: Path, folder: Path, env: dict[str, str], home: Path) -> int:
+    pairs = _shell_blocks(page)
+    if not pairs:
+        return 0
+    port = _free_port()
+
+    def local(command: str) -> str:
+        return command.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace(
+            "picoflow serve", f"picoflow serve --port {port}")
+
+    servers = [block for block, _ in pairs if block.title == "Terminal 1"]
+    assert len(servers) == 1, "one server per page"
+    server_block, server_shown = next(pair for pair in pairs if pair[0].title == "Terminal 1")
+    log = folder.parent / f"{page.stem}-server.log"
+    with log.open("w") as out:
+        # Its own process group: the shell and the server it starts are stopped together.
+        server = subprocess.Popen(["bash", "-c", local(server_block.body.strip())], cwd=folder, env=env,
+                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.3)
+        if server_shown is not None:
+            assert _normalise(log.read_text(), port, home)[: len(server_shown.body.splitlines())] == _normalise(
+                server_shown.body, port, home)
+        clients = [(block, shown) for block, shown in pairs if block.title == "Terminal 2"]
+        script = "set -e\n" + "".join(f"{local(block.body)}\necho {_MARK}\n" for block, _ in clients)
+        result = subprocess.run(["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        outputs = result.stdout.split(_MARK + "\n")
+        for (block, shown), printed in zip(clients, outputs, strict=False):
+            if shown is not None:
+                assert _normalise(printed, port, home) == _normalise(shown.body, port, home), (
+                    f"{page.relative_to(DOCS)}:{block.line} printed\n{printed}\nwhere the page shows\n{shown.body}")
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    return len(pairs)
+
+
+@pytest.mark.parametrize("track", sorted(TRACKS))
+def test_the_track_runs_in_a_folder_of_ones_own(track: str, tmp_path: Path) -> None:
+    assert not tmp_path.resolve().is_relative_to(ROOT)
+    folder = tmp_path / "my-project"
+    folder.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    checker = tmp_path / "checker"
+    checker.mkdir()
+    shutil.copy2(ROOT / "tests" / "test_docs_examples.py", checker / "docs_check.py")
+    venv_bin = str(Path(sys.executable).parent)
+    env = {"PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(home), "LANG": "C.UTF-8"}
+    shell_blocks = 0
+    for name in TRACKS[track]:
+        page = DOCS / name
+        for block in blocks(page):
+            if block.lang == "python":
+                assert not _IMPORT_FROM_REPO.search(block.body), f"{name}:{block.line} imports from the repository"
+                assert _snippet_lines(block.body) is None, f"{name}:{block.line} includes code the reader cannot see"
+        _run_python_blocks(page, folder, checker, env)
+        shell_blocks += _run_shell_blocks(page, folder, env, home)
+    if track == "get-started":
+        assert shell_blocks == 6
+    # Only what the pages told the reader to save: nothing else is written into their folder.
+    written = {path.relative_to(folder).as_posix() for path in folder.rglob("*")
+               if path.is_file() and "__pycache__" not in path.parts}
+    saved = {block.title for name in TRACKS[track] for block in blocks(DOCS / name)
+             if block.title and re.match(r"^[\w./-]+\.\w+$", block.title)}
+    assert written == saved

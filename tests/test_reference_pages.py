@@ -1,0 +1,91 @@
+"""The troubleshooting and configuration pages cover what the code has: every error code, every setting it reads,
+every template parameter with its default."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import yaml
+
+from picoflow.errors import PUBLIC_MESSAGES, ScriptExhaustedError
+from picoflow.models.registry import ModelSelection
+from picoflow.models.scripted import ScriptedProvider
+
+ROOT = Path(__file__).resolve().parents[1]
+TROUBLESHOOTING = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+CONFIGURATION = (ROOT / "docs" / "reference" / "configuration.md").read_text(encoding="utf-8")
+
+# Set by Lambda or the SDK's own credential chain, not by whoever configures PicoFlow.
+_PLATFORM = {"AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_TIMEOUT", "AWS_SAM_LOCAL",
+             "AWS_LAMBDA_INITIALIZATION_TYPE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+_READS = [
+    re.compile(r"""(?:environ|env)(?:\.get)?\(\s*["']([A-Z][A-Z0-9_]+)["']"""),
+    re.compile(r"""environ\[\s*["']([A-Z][A-Z0-9_]+)["']\s*\]"""),
+    re.compile(r"""getenv\(\s*["']([A-Z][A-Z0-9_]+)["']"""),
+    re.compile(r"""^[A-Z_]*VARIABLE\s*=\s*["']([A-Z][A-Z0-9_]+)["']""", re.MULTILINE),
+    # The file policy's mapping of its fields to their variables.
+    re.compile(r""":\s*["'](PICOFLOW_[A-Z0-9_]+)["']"""),
+]
+
+
+def variables_read_by_the_library() -> set[str]:
+    found: set[str] = set()
+    for source in (ROOT / "picoflow").rglob("*.py"):
+        text = source.read_text(encoding="utf-8")
+        for pattern in _READS:
+            found.update(pattern.findall(text))
+    return found - _PLATFORM
+
+
+def test_every_error_code_has_a_cause_and_a_fix_on_the_troubleshooting_page() -> None:
+    headings = re.findall(r"^### (.+)$", TROUBLESHOOTING, re.MULTILINE)
+    listed = {code.strip() for heading in headings for code in heading.split(",")}
+    assert set(PUBLIC_MESSAGES) <= listed, sorted(set(PUBLIC_MESSAGES) - listed)
+    for section in re.split(r"^### ", TROUBLESHOOTING, flags=re.MULTILINE)[1:]:
+        assert "**Cause:**" in section and "**Fix:**" in section, section.splitlines()[0]
+
+
+def test_every_setting_the_library_reads_is_on_the_configuration_page() -> None:
+    variables = variables_read_by_the_library()
+    # The scan finds the settings (a broken pattern would find none and pass).
+    assert {"SESSION_STORE", "PICOFLOW_SCRIPT", "PICOFLOW_FLOWS", "PICOFLOW_MAX_FILE_BYTES", "SQLITE_PATH"} <= variables
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", CONFIGURATION))
+    assert variables <= documented, sorted(variables - documented)
+
+
+def test_the_template_parameters_table_is_generated_from_the_template_with_each_default() -> None:
+    spec = importlib.util.spec_from_file_location("generated_hook", ROOT / "docs" / "_hooks" / "generated.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    assert hook.MARKER in CONFIGURATION
+    page = hook.on_page_markdown(CONFIGURATION)
+    text = (ROOT / "template.yaml").read_text(encoding="utf-8")
+    parameters = yaml.load(text, Loader=hook._TemplateLoader)["Parameters"]
+    assert len(parameters) > 10
+    for name, parameter in parameters.items():
+        default = parameter.get("Default")
+        shown = "(empty)" if default in ("", None) else f"`{default}`"
+        assert re.search(rf"^\| `{name}` \| {re.escape(shown)} \|", page, re.MULTILINE), name
+
+
+def test_a_script_out_of_replies_names_itself_and_the_setting_to_fix() -> None:
+    model = ScriptedProvider([{"content": "only one"}]).chat_model(ModelSelection(provider="openai", name="m"))
+    model.invoke("first")
+    try:
+        model.invoke("second")
+    except ScriptExhaustedError as error:
+        assert error.code == "MODEL_NOT_CONFIGURED" and "has no reply for model call 2" in str(error)
+    else:
+        raise AssertionError("the second call found a reply")
+    assert "`PICOFLOW_SCRIPT`" in CONFIGURATION and "PICOFLOW_SCRIPT" in TROUBLESHOOTING
+
+
+def test_the_hotel_flows_line_count_on_the_run_locally_page_is_measured() -> None:
+    page = (ROOT / "docs" / "get-started" / "run-locally.md").read_text(encoding="utf-8")
+    (shown,) = re.findall(r"are \*\*(\d+) lines\*\*", page)
+    counted = sum(len((ROOT / "flows" / "hotel" / name).read_text(encoding="utf-8").splitlines())
+                  for name in ("flow.py", "steps.py"))
+    assert int(shown) == counted
