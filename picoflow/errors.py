@@ -296,6 +296,7 @@ PUBLIC_MESSAGES: dict[str, str] = {
     "MODEL_THROTTLED": "The model service is busy; the session is unchanged, please retry shortly.",
     "MCP_UNAVAILABLE": "A tool service the flow depends on is unavailable; the session is unchanged, please retry.",
     "MODEL_NOT_CONFIGURED": "The model service is not configured on this server; the session is unchanged.",
+    "MODEL_AUTH_FAILED": "The model service refused this server's credentials; the session is unchanged.",
     "LLM_BLOCKED": "The model service refused this request.",
     "TURN_FAILED": "The flow failed while handling this turn.",
     "FLOW_SETUP_FAILED": "The flow could not be started; the session is unchanged.",
@@ -318,6 +319,7 @@ PUBLIC_MESSAGES: dict[str, str] = {
     "FILE_TYPE_UNSUPPORTED": "The model of this step cannot read this type of file; the session is unchanged.",
     "FILE_STORE_ERROR": "The file store is unavailable right now; please retry.",
     "NOT_FOUND": "No such route.",
+    "UNAUTHENTICATED": "This request needs a signed-in caller.",
     "INTERNAL_ERROR": "Internal error.",
 }
 GENERIC_MESSAGE = "The turn failed."
@@ -345,6 +347,9 @@ SAVED_MESSAGES: dict[str, str] = {
     "MODEL_NOT_CONFIGURED": (
         "The model service is not configured on this server; changes made earlier in this request were saved."
     ),
+    "MODEL_AUTH_FAILED": (
+        "The model service refused this server's credentials; changes made earlier in this request were saved."
+    ),
 }
 
 # Seconds a client should wait before retrying each retryable code.
@@ -358,6 +363,9 @@ RETRY_AFTER_SECONDS: dict[str, int] = {
     "MODEL_TIMEOUT": 5,
     "MODEL_THROTTLED": 10,
     "MCP_UNAVAILABLE": 5,
+    # An operator's fix (a key parameter created or rotated) is picked up within the parameter cache's max age.
+    "MODEL_NOT_CONFIGURED": 60,
+    "MODEL_AUTH_FAILED": 60,
 }
 
 
