@@ -204,6 +204,14 @@ class ModelNotConfiguredError(PicoFlowError):
         self.setting = setting
 
 
+class ModelAuthFailedError(ModelNotConfiguredError):
+    """The model provider rejected the deployment's credentials (HTTP 401 or 403: a revoked, rotated or mistyped
+    key, or access the key or role lacks). The operator's to fix, like any configuration error: nothing is written."""
+
+    code = "MODEL_AUTH_FAILED"
+    status_code = 503
+
+
 class FlowSetupError(PicoFlowError):
     """The flow could not be built for this turn (constructor, ``init``, steps or model configuration)."""
 

@@ -100,7 +100,25 @@ def test_openai_key_is_only_a_parameter_name(template):
     params = template["Parameters"]
     assert params["OpenAIKeyParameterName"]["Type"] == "String"
     assert params["OpenAIKeyParameterName"]["Default"].startswith("/")
-    assert [name for name in params if "key" in name.lower()] == ["OpenAIKeyParameterName"]
+    # No parameter takes a secret: the key's parameter name, and the ARN of the KMS key that encrypts it.
+    assert [name for name in params if "key" in name.lower()] == ["OpenAIKeyParameterName", "KmsKeyArn"]
+
+
+def test_key_parameters_are_kept_for_a_max_age(template, function):
+    assert function["Environment"]["Variables"]["PICOFLOW_PARAMETER_MAX_AGE"] == {"Ref": "ParameterMaxAgeSeconds"}
+    assert template["Parameters"]["ParameterMaxAgeSeconds"]["Default"] == 300
+
+
+def test_a_customer_managed_key_is_decrypted_through_ssm_only(template):
+    assert template["Parameters"]["KmsKeyArn"]["Default"] == ""
+    policy = template["Resources"]["KeyDecryptPolicy"]
+    assert policy["Condition"] == "HasKmsKey"
+    assert policy["Properties"]["Roles"][0] == {"Ref": "ApiFunctionRole"}
+    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert (statement["Action"], statement["Resource"]) == ("kms:Decrypt", {"Ref": "KmsKeyArn"})
+    assert statement["Condition"] == {
+        "StringEquals": {"kms:ViaService": {"Fn::Sub": "ssm.${AWS::Region}.amazonaws.com"}}
+    }
 
 
 def test_sessions_table(template, table_name):
