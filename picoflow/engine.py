@@ -322,7 +322,7 @@ class FlowEngine:
             await store_inline(self.file_store, turn.inline_files, turn.file_data or {})
         tokens_before = doc.tokens.model_copy()
         try:
-            services = self._services(flow, TurnJournal(self.session_store, doc.id, doc.revision))
+            services = self._services(flow, TurnJournal(self.session_store, doc.id, doc.revision, doc.owner))
             files = TurnFiles(self.file_store, turn.files, turn.file_data, self.file_budget)
             flow.run_context.bind(doc, services, files)
             # Progress and text are only worth reporting to someone reading them as they happen.

@@ -204,6 +204,14 @@ class ModelNotConfiguredError(PicoFlowError):
         self.setting = setting
 
 
+class ModelAuthFailedError(ModelNotConfiguredError):
+    """The model provider rejected the deployment's credentials (HTTP 401 or 403: a revoked, rotated or mistyped
+    key, or access the key or role lacks). The operator's to fix, like any configuration error: nothing is written."""
+
+    code = "MODEL_AUTH_FAILED"
+    status_code = 503
+
+
 class FlowSetupError(PicoFlowError):
     """The flow could not be built for this turn (constructor, ``init``, steps or model configuration)."""
 
@@ -319,6 +327,7 @@ PUBLIC_MESSAGES: dict[str, str] = {
     "MODEL_THROTTLED": "The model service is busy; the session is unchanged, please retry shortly.",
     "MCP_UNAVAILABLE": "A tool service the flow depends on is unavailable; the session is unchanged, please retry.",
     "MODEL_NOT_CONFIGURED": "The model service is not configured on this server; the session is unchanged.",
+    "MODEL_AUTH_FAILED": "The model service refused this server's credentials; the session is unchanged.",
     "LLM_BLOCKED": "The model service refused this request.",
     "TURN_FAILED": "The flow failed while handling this turn.",
     "FLOW_SETUP_FAILED": "The flow could not be started; the session is unchanged.",
@@ -343,6 +352,7 @@ PUBLIC_MESSAGES: dict[str, str] = {
     "APPROVAL_NOT_PENDING": "No such call is waiting for a decision: it is unknown, expired or already decided.",
     "NOT_APPROVER": "This call must be decided by someone else.",
     "NOT_FOUND": "No such route.",
+    "UNAUTHENTICATED": "This request needs a signed-in caller.",
     "INTERNAL_ERROR": "Internal error.",
 }
 GENERIC_MESSAGE = "The turn failed."
@@ -370,6 +380,9 @@ SAVED_MESSAGES: dict[str, str] = {
     "MODEL_NOT_CONFIGURED": (
         "The model service is not configured on this server; changes made earlier in this request were saved."
     ),
+    "MODEL_AUTH_FAILED": (
+        "The model service refused this server's credentials; changes made earlier in this request were saved."
+    ),
 }
 
 # Seconds a client should wait before retrying each retryable code.
@@ -383,6 +396,9 @@ RETRY_AFTER_SECONDS: dict[str, int] = {
     "MODEL_TIMEOUT": 5,
     "MODEL_THROTTLED": 10,
     "MCP_UNAVAILABLE": 5,
+    # An operator's fix (a key parameter created or rotated) is picked up within the parameter cache's max age.
+    "MODEL_NOT_CONFIGURED": 60,
+    "MODEL_AUTH_FAILED": 60,
 }
 
 

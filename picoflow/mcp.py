@@ -24,7 +24,6 @@ import contextvars
 import functools
 import json
 import os
-import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -37,6 +36,7 @@ from picoflow.deadline import time_left
 from picoflow.errors import PicoFlowError
 from picoflow.logger import library_log
 from picoflow.mcp_transport import ReadLimit, bounded_http_client, bounded_stdio
+from picoflow.models.parameters import secure_parameter
 
 if TYPE_CHECKING:
     from mcp.client import Client
@@ -93,7 +93,7 @@ class MCPServerSpec(BaseModel):
 
     Build it with :meth:`http` or :meth:`stdio`. Header values never sit in code: they are read when connecting,
     from the environment variables named in ``headers_from_env``, from the SSM parameters named in
-    ``headers_from_ssm`` (decrypted, read once per container), or from the ``headers`` callable.
+    ``headers_from_ssm`` (decrypted, kept for ``PICOFLOW_PARAMETER_MAX_AGE`` seconds), or from the ``headers`` callable.
 
     The caps bound what the server can make the process read and the model receive: ``max_result_bytes`` (each
     message, counted while it arrives), ``max_tools`` (the length of its tool list) and ``max_description_bytes``
@@ -204,26 +204,11 @@ class MCPServerSpec(BaseModel):
         return found
 
 
-_ssm_values: dict[str, str] = {}
-_ssm_lock = threading.Lock()
-
-
 def ssm_parameter(name: str) -> str:
-    """The decrypted value of the SSM parameter ``name``, read once per container (process) and then kept.
-
-    Read with boto3's SSM client under short timeouts and two attempts; the value is never logged.
-    """
-    # One lock for every read: concurrent first connects wait for a single GetParameter instead of each sending one.
-    with _ssm_lock:
-        if name not in _ssm_values:
-            import boto3
-            from botocore.config import Config
-
-            # SSM is read while a turn waits for its first connect: bounded so a stalled SSM cannot eat the turn.
-            config = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2})
-            client = boto3.client("ssm", config=config)
-            _ssm_values[name] = client.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]
-        return _ssm_values[name]
+    """The decrypted value of the SSM parameter ``name``, through the process's one parameter reader
+    (``picoflow.models.parameters``): kept for ``PICOFLOW_PARAMETER_MAX_AGE`` seconds, read again after a failure.
+    The value is never logged."""
+    return secure_parameter(name)
 
 
 class MCPTools(BaseModel):

@@ -77,6 +77,16 @@ def dynamodb_local_table(dynamodb_local: str) -> Iterator[DynamoTable]:
     client.close()
 
 
+@pytest.fixture(autouse=True)
+def fresh_parameter_reader() -> Iterator[None]:
+    """Each test reads SSM parameters afresh: no value (or client) kept from another test's account."""
+    from picoflow.models.parameters import reset_reader
+
+    reset_reader()
+    yield
+    reset_reader()
+
+
 @pytest.fixture
 def moto_dynamodb(aws_credentials: None) -> Iterator[DynamoTable]:
     """A sessions table inside moto's ``mock_aws`` (in-process, fast, no server)."""

@@ -11,7 +11,8 @@ import handlers.api as api
 from picoflow.aws import deadline, observability
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.errors import SessionConflictError, SessionStoreError
+from picoflow.errors import ModelNotConfiguredError, SessionConflictError, SessionStoreError
+from picoflow.models.registry import ModelSelection
 from tests.support import echo_flows
 from tests.support.dynamodb_local import REGION
 
@@ -297,7 +298,8 @@ def test_openai_key_comes_from_ssm(client, monkeypatch):
     monkeypatch.delenv("PICOFLOW_SCRIPT")
     monkeypatch.setenv("OPENAI_API_KEY_PARAMETER", "/picoflow/openai-api-key")
     engine = aws_runtime.build_engine()
-    assert engine.providers.get("openai")._api_key == "sk-test-123"
+    model = engine.providers.chat_model(ModelSelection(provider="openai", name="gpt-4o-mini"))
+    assert model.openai_api_key.get_secret_value() == "sk-test-123"
 
 
 def test_missing_key_parameter_is_logged_not_fatal(client, monkeypatch, log_stream):
@@ -305,4 +307,9 @@ def test_missing_key_parameter_is_logged_not_fatal(client, monkeypatch, log_stre
     monkeypatch.setenv("OPENAI_API_KEY_PARAMETER", "/picoflow/absent")
     engine = aws_runtime.build_engine()
     assert engine.get_flow_names() == ["EchoFlow", "JsonFlow"]
-    assert "Cannot read the OpenAI key parameter" in log_stream.getvalue()
+    # Nothing is read until a model needs the key.
+    assert "Cannot read a key parameter" not in log_stream.getvalue()
+    with pytest.raises(ModelNotConfiguredError) as failure:
+        engine.providers.chat_model(ModelSelection(provider="openai", name="gpt-4o-mini"))
+    assert failure.value.setting == "OPENAI_API_KEY_PARAMETER"
+    assert "Cannot read a key parameter" in log_stream.getvalue()

@@ -489,7 +489,10 @@ def test_the_generated_template_matches_the_repositorys_for_production(project: 
         assert function(generated)[key] == function(main)[key], key
     for template in (generated, main):
         log_group = template["Resources"][function(template)["LoggingConfig"]["LogGroup"]["Ref"]]
-        assert log_group["Properties"]["RetentionInDays"] == 30
+        retention = log_group["Properties"]["RetentionInDays"]
+        if retention == {"Ref": "LogRetentionDays"}:
+            retention = template["Parameters"]["LogRetentionDays"]["Default"]
+        assert retention == 30
     table = generated["Resources"]["SessionsTable"]
     main_table = main["Resources"]["SessionsTable"]
     for key in ("PointInTimeRecoverySpecification", "SSESpecification", "DeletionProtectionEnabled"):

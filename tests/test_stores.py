@@ -154,7 +154,7 @@ async def test_sqlite_schema_wal_and_parent_folders(tmp_path: Path) -> None:
     await store.close()
     with sqlite3.connect(path) as conn:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(session)")]
-        assert columns == ["id", "flow_name", "revision", "run_status", "save_on", "doc"]
+        assert columns == ["id", "flow_name", "revision", "run_status", "save_on", "doc", "owner"]
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         row = conn.execute("SELECT flow_name, revision, run_status, save_on, doc FROM session").fetchone()
     assert row[:4] == ("HotelFlow", 1, "running", format_timestamp(saved.save_on))

@@ -75,6 +75,7 @@ def test_routes(function):
     routes = {(e["Properties"]["Method"], e["Properties"]["Path"]) for e in function["Events"].values()}
     assert routes == {
         ("POST", "/ai/run"), ("POST", "/ai/files"), ("POST", "/ai/end"), ("GET", "/ai/flows"), ("GET", "/health"),
+        ("DELETE", "/ai/me"),
     }
     assert all(e["Type"] == "HttpApi" for e in function["Events"].values())
 
@@ -99,14 +100,42 @@ def test_openai_key_is_only_a_parameter_name(template):
     params = template["Parameters"]
     assert params["OpenAIKeyParameterName"]["Type"] == "String"
     assert params["OpenAIKeyParameterName"]["Default"].startswith("/")
-    assert [name for name in params if "key" in name.lower()] == ["OpenAIKeyParameterName"]
+    # No parameter takes a secret: the key's parameter name, and the ARN of the KMS key that encrypts it.
+    assert [name for name in params if "key" in name.lower()] == ["OpenAIKeyParameterName", "KmsKeyArn"]
+
+
+def test_key_parameters_are_kept_for_a_max_age(template, function):
+    assert function["Environment"]["Variables"]["PICOFLOW_PARAMETER_MAX_AGE"] == {"Ref": "ParameterMaxAgeSeconds"}
+    assert template["Parameters"]["ParameterMaxAgeSeconds"]["Default"] == 300
+
+
+def test_a_customer_managed_key_is_decrypted_through_ssm_only(template):
+    assert template["Parameters"]["KmsKeyArn"]["Default"] == ""
+    policy = template["Resources"]["KeyDecryptPolicy"]
+    assert policy["Condition"] == "HasKmsKey"
+    assert policy["Properties"]["Roles"][0] == {"Ref": "ApiFunctionRole"}
+    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert (statement["Action"], statement["Resource"]) == ("kms:Decrypt", {"Ref": "KmsKeyArn"})
+    assert statement["Condition"] == {
+        "StringEquals": {"kms:ViaService": {"Fn::Sub": "ssm.${AWS::Region}.amazonaws.com"}}
+    }
 
 
 def test_sessions_table(template, table_name):
     table = template["Resources"][table_name]["Properties"]
     assert table["BillingMode"] == "PAY_PER_REQUEST"
     assert table["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
-    assert table["AttributeDefinitions"] == [{"AttributeName": "id", "AttributeType": "S"}]
+    assert table["AttributeDefinitions"] == [
+        {"AttributeName": "id", "AttributeType": "S"}, {"AttributeName": "owner", "AttributeType": "S"}
+    ]
+    # Erasure reads the owner index: the same name and shape as the store's own tables.
+    from picoflow.session.dynamodb_store import OWNER_INDEX
+
+    assert table["GlobalSecondaryIndexes"] == [{
+        "IndexName": OWNER_INDEX,
+        "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }]
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expiresAt", "Enabled": True}
     assert table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
     assert table["SSESpecification"]["SSEEnabled"] is True
@@ -130,11 +159,17 @@ def test_dynamodb_access_is_item_level_and_on_the_sessions_table_only(template, 
     for statement in dynamo:
         assert statement["Effect"] == "Allow"
         (resource,) = _as_list(statement["Resource"])
+        if "Fn::Sub" in resource:
+            # The one query the function makes: erasure, on the owner index (never the table: no scan).
+            assert resource == {"Fn::Sub": "${SessionsTable.Arn}/index/owner-index"}
+            actions.setdefault("owner-index", set()).update(_as_list(statement["Action"]))
+            continue
         table = resource["Fn::GetAtt"][0]
         assert resource == {"Fn::GetAtt": [table, "Arn"]}
         actions.setdefault(table, set()).update(_as_list(statement["Action"]))
     assert actions == {
         table_name: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"},
+        "owner-index": {"dynamodb:Query"},
     }
     tables = [name for name, r in template["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"]
     assert tables == [table_name]
@@ -259,7 +294,7 @@ def test_cors_configuration(http_api):
     assert disabled == {"Ref": "AWS::NoValue"}
     assert enabled == {
         "AllowOrigins": {"Fn::Split": [",", {"Ref": "CorsAllowOrigins"}]},
-        "AllowMethods": ["GET", "POST", "OPTIONS"],
+        "AllowMethods": ["GET", "POST", "DELETE", "OPTIONS"],
         "AllowHeaders": ["content-type", "authorization", "chat_session_id", "idempotency-key"],
         "ExposeHeaders": ["chat_session_id", "idempotent-replayed", "retry-after"],
         "AllowCredentials": False,
@@ -429,9 +464,14 @@ def test_files_bucket_cors_mirrors_the_apis_origins(template, http_api):
 
 def test_file_access_is_object_level_under_the_upload_prefix(function):
     s3 = [s for s in _statements(function) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
-    assert sorted(a for s in s3 for a in _as_list(s["Action"])) == ["s3:GetObject", "s3:PutObject"]
-    (resource,) = _as_list(s3[0]["Resource"])
+    objects, listing = s3
+    assert sorted(_as_list(objects["Action"])) == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
+    (resource,) = _as_list(objects["Resource"])
     assert resource == {"Fn::Sub": "${FilesBucket.Arn}/uploads/*"}
+    # Erasure lists the uploads, and nothing else of the bucket.
+    assert listing["Action"] == "s3:ListBucket"
+    assert listing["Resource"] == {"Fn::GetAtt": ["FilesBucket", "Arn"]}
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": "uploads/*"}}
 
 
 def test_snapstart_is_off_unless_enabled(template, function):

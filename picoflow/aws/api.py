@@ -1,7 +1,7 @@
 """The PicoFlow HTTP API (API Gateway HTTP API, payload format 2.0) on Powertools' resolver.
 
-Routes: ``POST /ai/run``, ``POST /ai/files``, ``POST /ai/end``, ``POST`` and ``GET /ai/approvals`` (reviewers),
-``GET /ai/flows``, ``GET /health``. Powertools
+Routes: ``POST /ai/run``, ``POST /ai/files``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``,
+``DELETE /ai/me`` (erases the caller's data), ``POST`` and ``GET /ai/approvals`` (reviewers). Powertools
 validates each request against ``picoflow.aws.requests`` before a route runs, and publishes the OpenAPI
 document from the same models and signatures; ``PICOFLOW_SWAGGER=true`` also serves it with a Swagger UI on
 ``GET /swagger``. Every refusal and failure is this API's JSON envelope (``picoflow.aws.responses``). A
@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from picoflow import RunResponse
 from picoflow.aws.cors import cors_config
 from picoflow.aws.deadline import turn_deadline, wait_limit
+from picoflow.aws.erasure import ErasedEnvelope, erase_owner
 from picoflow.aws.idempotency import IdempotencyKeyHeader
 from picoflow.aws.observability import cold_start_metric_wanted, correlate, logger, metrics, record_turn, tracer
 from picoflow.aws.principal import is_reviewer, principal
@@ -59,7 +60,14 @@ from picoflow.aws.responses import (
 )
 from picoflow.aws.runtime import get_runtime, read_session
 from picoflow.aws.streams import stream_http_turn as stream_turn
-from picoflow.errors import RETRY_AFTER_SECONDS, FileRefusedError, FileStoreError, PicoFlowError, public_message
+from picoflow.errors import (
+    RETRY_AFTER_SECONDS,
+    FileRefusedError,
+    FileStoreError,
+    PicoFlowError,
+    SessionStoreError,
+    public_message,
+)
 from picoflow.files.intake import TakenFiles, open_upload, take_files
 from picoflow.files.store import UploadTicket
 from picoflow.results import wire_approval
@@ -294,6 +302,33 @@ def list_flows() -> Response[str]:
 @app.get("/health", summary="Liveness check")
 def health() -> Response[str]:
     return Response(status_code=200, content_type=JSON, body=json.dumps({"status": "ok"}))
+
+
+@app.delete(
+    "/ai/me",
+    summary="Erase the caller's data",
+    responses=_documented(ErasedEnvelope, {
+        200: "Everything stored for the caller is gone: sessions, receipts, journal entries and files.",
+        401: "The request carries no verified principal (the API has no authorizer, or none applied).",
+        503: "A store is unavailable; retry (an erasure can always be run again).",
+    }),
+)
+def erase_me() -> Response[str]:
+    caller = _caller()
+    if not caller:
+        return failure(401, "UNAUTHENTICATED", "", _request_id())
+    runtime = get_runtime()
+    engine = runtime.engine
+    try:
+        erased = runtime.call(
+            erase_owner(engine.session_store, engine.file_store, caller), timeout=wait_limit(app.lambda_context)
+        )
+    except (TimeoutError, SessionStoreError, FileStoreError) as error:
+        code = "FILE_STORE_ERROR" if isinstance(error, FileStoreError) else "SESSION_STORE_ERROR"
+        logger.error("Erasure failed", extra={"code": code, "errorType": type(error).__name__})
+        return failure(503, code, "", _request_id(), {RETRY_AFTER_HEADER: str(RETRY_AFTER_SECONDS[code])})
+    metrics.add_metric(name="PrincipalsErased", unit=MetricUnit.Count, value=1)
+    return envelope(200, {"success": True, "sessions": erased.sessions, "files": erased.files})
 
 
 if (os.environ.get("PICOFLOW_SWAGGER") or "").lower() == "true":

@@ -2,15 +2,15 @@
 
 ``SESSION_STORE``/``SESSION_TABLE`` pick the store, ``FILES_BUCKET`` (or ``FILES_FOLDER``) the file store,
 ``PICOFLOW_FLOWS`` the flow modules, ``PICOFLOW_DECISION_PROVIDERS`` the decision providers,
-``PICOFLOW_SCRIPT`` a scripted model for offline runs, and ``OPENAI_API_KEY_PARAMETER`` the SSM SecureString
-holding the OpenAI key, read once per container with short timeouts.
+``PICOFLOW_SCRIPT`` a scripted model for offline runs, and ``OPENAI_API_KEY_PARAMETER`` (or any other key
+variable's ``_PARAMETER``) the SSM SecureString holding a model key: read when a model is first built, kept for
+``PICOFLOW_PARAMETER_MAX_AGE`` seconds, and read again after a failure (``picoflow.models.parameters``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import threading
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
@@ -26,6 +26,7 @@ from picoflow.aws.observability import logger
 from picoflow.files.factory import file_store_from_env
 from picoflow.files.policy import FilePolicy
 from picoflow.models.factory import default_registry
+from picoflow.models.parameters import ParameterEnviron
 from picoflow.session.factory import store_from_env
 
 # The store is local (SQLite or memory) or DynamoDB: a read for the local inspector that takes longer fails.
@@ -45,8 +46,8 @@ class Runtime:
         self, engine: FlowEngine, file_policy: FilePolicy | None = None, environ: Mapping[str, str] | None = None
     ) -> None:
         self.engine = engine
-        #: The environment the engine was built from (its secrets resolved), so it can be rebuilt without SSM.
-        self.environ = dict(os.environ if environ is None else environ)
+        #: The environment the engine was built from, its parameter values kept, so a rebuild reads nothing again.
+        self.environ = engine_environment(environ)
         #: The limits files sent to the API must meet (``PICOFLOW_FILE_TYPES`` and friends).
         self.file_policy = file_policy or FilePolicy.from_env()
         self.loop = asyncio.new_event_loop()
@@ -93,46 +94,27 @@ def get_engine() -> FlowEngine:
     return get_runtime().engine
 
 
-def engine_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``environ`` (default: the process environment) with the OpenAI key read from its SSM parameter if needed."""
-    env = dict(os.environ if environ is None else environ)
-    if not env.get("PICOFLOW_SCRIPT") and not env.get("OPENAI_API_KEY") and env.get("OPENAI_API_KEY_PARAMETER"):
-        key = read_openai_key(env["OPENAI_API_KEY_PARAMETER"])
-        if key:
-            env["OPENAI_API_KEY"] = key
-    return env
+def engine_environment(environ: Mapping[str, str] | None = None) -> ParameterEnviron:
+    """``environ`` (default: the process environment) in which each key variable ``X`` unset but with
+    ``X_PARAMETER`` set reads from that SSM parameter, when a model needs it (never now)."""
+    if isinstance(environ, ParameterEnviron):
+        return environ
+    return ParameterEnviron(environ)
 
 
 def build_engine(environ: Mapping[str, str] | None = None) -> FlowEngine:
     """A new engine configured from ``environ`` (default: the process environment)."""
     env = engine_environment(environ)
-    flows = load_flows(env.get(FLOWS_VARIABLE))
-    store = store_from_env(env)
-    decisions = load_decision_providers(env.get(DECISION_PROVIDERS_VARIABLE), env)
+    plain = env.plain
+    flows = load_flows(plain.get(FLOWS_VARIABLE))
+    store = store_from_env(plain)
+    decisions = load_decision_providers(plain.get(DECISION_PROVIDERS_VARIABLE), env)
     engine = FlowEngine(
         flows=flows, session_store=store, providers=default_registry(env), decision_providers=decisions,
-        file_store=file_store_from_env(env), file_budget=FilePolicy.from_env(env).max_request_bytes,
+        file_store=file_store_from_env(plain), file_budget=FilePolicy.from_env(plain).max_request_bytes,
     )
     logger.info("Engine ready", extra={"flows": engine.get_flow_names(), "store": type(engine.session_store).__name__})
     return engine
-
-
-def read_openai_key(parameter_name: str) -> str | None:
-    """Decrypt the SecureString ``parameter_name``; None (logged) when it cannot be read."""
-    from aws_lambda_powertools.utilities.parameters import SSMProvider
-    from botocore.config import Config
-
-    # The key is read before the first turn: bounded so a stalled SSM cannot eat that turn's time.
-    config = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2})
-    try:
-        value = SSMProvider(boto_config=config).get(parameter_name, decrypt=True)
-    except Exception as exc:  # noqa: BLE001 - a missing key must not take down routes that need none
-        logger.error(
-            "Cannot read the OpenAI key parameter", extra={"parameter": parameter_name, "error": type(exc).__name__}
-        )
-        return None
-    # Without a transform the provider hands back the parameter's text as stored.
-    return value if isinstance(value, str) else None
 
 
 def read_session(session_id: str) -> dict[str, Any] | None:

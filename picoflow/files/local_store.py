@@ -18,7 +18,7 @@ from pathlib import Path
 
 from picoflow.errors import FileStoreError
 from picoflow.files.refs import is_file_id
-from picoflow.files.store import FileRecord, FileStore, UploadTicket
+from picoflow.files.store import FileRecord, FileStore, UploadTicket, owner_tag
 
 #: Where ``picoflow serve`` accepts uploads: ``PUT /ai/uploads/<fileId>?expires=...&signature=...``.
 UPLOAD_PATH = "/ai/uploads/"
@@ -118,6 +118,25 @@ class LocalFileStore(FileStore):
             self._write(self._path(record.id, ".bin"), data)
 
         await asyncio.to_thread(write)
+
+    async def delete_owner(self, owner: str) -> int:
+        if not owner:
+            raise ValueError("delete_owner needs a principal; anonymous uploads belong to nobody.")
+        tag = owner_tag(owner)
+
+        def remove() -> int:
+            removed = 0
+            for described in self.folder.glob("f_*.json"):
+                file_id = described.name.removesuffix(".json")
+                record = self._record(file_id) if is_file_id(file_id) else None
+                if record is None or record.owner != tag:
+                    continue
+                self._path(file_id, ".bin").unlink(missing_ok=True)
+                described.unlink(missing_ok=True)
+                removed += 1
+            return removed
+
+        return await asyncio.to_thread(remove)
 
     @staticmethod
     def _write(path: Path, data: str | bytes) -> None:

@@ -12,7 +12,7 @@ from urllib.parse import quote, unquote
 
 from picoflow.errors import FileStoreError
 from picoflow.files.refs import is_file_id
-from picoflow.files.store import FileRecord, FileStore, UploadTicket
+from picoflow.files.store import FileRecord, FileStore, UploadTicket, owner_tag
 
 #: Where uploads go in the bucket; the template's lifecycle rule expires this prefix.
 UPLOAD_PREFIX = "uploads/"
@@ -116,6 +116,26 @@ class S3FileStore(FileStore):
             "put_object", Bucket=self.bucket, Key=UPLOAD_PREFIX + record.id, Body=data,
             ContentType=record.content_type, Metadata=_metadata(record),
         )
+
+    async def delete_owner(self, owner: str) -> int:
+        """Delete the owner's uploads. S3 cannot look objects up by metadata, so this lists ``uploads/`` and reads
+        each object's record: the bucket's lifecycle rule keeps that to the files of the last few days."""
+        if not owner:
+            raise ValueError("delete_owner needs a principal; anonymous uploads belong to nobody.")
+        tag = owner_tag(owner)
+        removed = 0
+        request: dict[str, Any] = {"Bucket": self.bucket, "Prefix": UPLOAD_PREFIX}
+        while True:
+            page = await self._call("list_objects_v2", **request) or {}
+            for listed in page.get("Contents", []):
+                file_id = str(listed["Key"]).removeprefix(UPLOAD_PREFIX)
+                record = await self.describe(file_id)
+                if record is not None and record.owner == tag:
+                    await self._call("delete_object", Bucket=self.bucket, Key=UPLOAD_PREFIX + file_id)
+                    removed += 1
+            if not page.get("IsTruncated"):
+                return removed
+            request["ContinuationToken"] = page["NextContinuationToken"]
 
     async def _call(self, method: str, **request: Any) -> dict[str, Any] | None:
         from botocore.exceptions import BotoCoreError, ClientError

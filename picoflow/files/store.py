@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from picoflow.errors import FileStoreError
 from picoflow.files.refs import FILE_ID_PATTERN
 
 
@@ -74,3 +75,10 @@ class FileStore(ABC):
     @abstractmethod
     async def put(self, record: FileRecord, data: bytes) -> None:
         """Store ``data`` under ``record`` (inline files, which arrive with the request)."""
+
+    async def delete_owner(self, owner: str) -> int:
+        """Delete every file the principal ``owner`` uploaded (bytes and record); return how many went.
+
+        Anonymous uploads are never touched and a blank ``owner`` is refused with ``ValueError``. Stores that
+        cannot find a principal's files raise ``FileStoreError``."""
+        raise FileStoreError(f"{type(self).__name__} cannot erase a principal's files.")

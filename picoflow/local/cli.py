@@ -1,5 +1,5 @@
-"""The ``picoflow`` command: ``picoflow serve``, ``picoflow chat FLOW``, ``picoflow eval SCENARIO...`` and
-``picoflow new NAME``."""
+"""The ``picoflow`` command: ``picoflow serve``, ``picoflow chat FLOW``, ``picoflow eval SCENARIO...``,
+``picoflow new NAME`` and ``picoflow erase --owner SUB``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from picoflow.local import eval_command, scaffold
+from picoflow.local import erase_command, eval_command, scaffold
 from picoflow.local.chat import chat
 from picoflow.local.project import DEFAULT_HANDLER, ProjectError, use_working_directory
 
@@ -72,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
 
     new = commands.add_parser("new", help="create a project of your own", description=scaffold.DESCRIPTION)
     scaffold.add_arguments(new)
+
+    erase = commands.add_parser(
+        "erase", help="erase one principal's sessions, journal entries and files", description=erase_command.DESCRIPTION
+    )
+    erase_command.add_arguments(erase)
     return parser
 
 
@@ -83,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     use_working_directory()
     if args.command == "eval":
         return eval_command.run(args)
+    if args.command == "erase":
+        return erase_command.run(args)
     if args.command == "serve":
         # Imported here: the server imports the handler's logging and metrics, which read their settings from the
         # environment at import; `picoflow eval` sets quieter ones first, so its table is not mixed with log lines.

@@ -19,6 +19,7 @@ from picoflow.models.common import (
     env_value,
     import_extra,
     key_setting,
+    key_token,
     usage_normalising,
 )
 from picoflow.models.registry import ModelProvider, ModelSelection
@@ -70,6 +71,10 @@ class AnthropicProvider(ModelProvider):
         """``ANTHROPIC_API_KEY`` (or its ``_PARAMETER``) when no key is set."""
         env = os.environ if self._environ is None else self._environ
         return None if self._api_key or env_value(env, "ANTHROPIC_API_KEY") else key_setting(env, "ANTHROPIC_API_KEY")
+
+    def credentials_token(self) -> str:
+        env = os.environ if self._environ is None else self._environ
+        return key_token(self._api_key or env_value(env, "ANTHROPIC_API_KEY"))
 
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """A ``ChatAnthropic`` with a request timeout; its client retries transport failures itself."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from types import ModuleType
@@ -113,6 +114,11 @@ def env_value(environ: Mapping[str, str], *names: str | None) -> str | None:
         if value:
             return value
     return None
+
+
+def key_token(key: str | None) -> str:
+    """What ``ModelProvider.credentials_token`` reports for ``key``: a short digest, "" for no key."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16] if key else ""
 
 
 def key_setting(environ: Mapping[str, str], key_variable: str) -> str:

@@ -18,22 +18,16 @@ from picoflow.models.registry import ModelProvider, ProviderRegistry
 
 def default_registry(environ: Mapping[str, str] | None = None) -> ProviderRegistry:
     """The registry the handler and the CLI use: every built-in provider, configured from ``environ`` (the
-    process environment by default; keys are read now, endpoints and Regions when a model is built), and,
+    process environment by default; keys, endpoints and Regions are read when a model is built, so a
+    ``ParameterEnviron`` hands each model the key its parameter holds at that time), and,
     when ``PICOFLOW_SCRIPT`` names a JSON script, a ``ScriptedProvider`` overriding every selection.
 
     The built-in providers are the OpenAI-compatible family (``openai``, ``azure-openai``, ``deepseek``,
     ``moonshot``, ``zai``, ``openrouter``, ``ollama``), then ``anthropic``, ``google`` and ``bedrock``, whose
     LangChain packages are optional extras imported only when one of their models is built."""
     env = os.environ if environ is None else environ
-    providers: list[ModelProvider] = [
-        OpenAIProvider(api_key=env.get(endpoint.key_env), name=name, environ=env)
-        for name, endpoint in OPENAI_COMPATIBLE.items()
-    ]
-    providers += [
-        AnthropicProvider(api_key=env.get("ANTHROPIC_API_KEY"), environ=env),
-        GoogleProvider(api_key=env.get("GOOGLE_API_KEY") or env.get("GEMINI_API_KEY"), environ=env),
-        BedrockProvider(environ=env),
-    ]
+    providers: list[ModelProvider] = [OpenAIProvider(name=name, environ=env) for name in OPENAI_COMPATIBLE]
+    providers += [AnthropicProvider(environ=env), GoogleProvider(environ=env), BedrockProvider(environ=env)]
     registry = ProviderRegistry(providers)
     script_path = env.get("PICOFLOW_SCRIPT")
     if script_path:

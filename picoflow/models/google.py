@@ -18,6 +18,7 @@ from picoflow.models.common import (
     env_value,
     import_extra,
     key_setting,
+    key_token,
 )
 from picoflow.models.registry import ModelProvider, ModelSelection
 
@@ -76,6 +77,10 @@ class GoogleProvider(ModelProvider):
         if self._api_key or env_value(env, "GOOGLE_API_KEY", "GEMINI_API_KEY"):
             return None
         return key_setting(env, "GOOGLE_API_KEY")
+
+    def credentials_token(self) -> str:
+        env = os.environ if self._environ is None else self._environ
+        return key_token(self._api_key or env_value(env, "GOOGLE_API_KEY", "GEMINI_API_KEY"))
 
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """A ``ChatGoogleGenerativeAI`` with a request timeout and a single attempt per call (the runner makes

@@ -31,6 +31,7 @@ from picoflow.models.common import (
     check_reserved,
     env_value,
     key_setting,
+    key_token,
     usage_normalising,
 )
 from picoflow.models.registry import ModelProvider, ModelSelection
@@ -169,6 +170,10 @@ class OpenAIProvider(ModelProvider):
         if not (self._api_version or env_value(env, endpoint.api_version_env)):
             return endpoint.api_version_env
         return None
+
+    def credentials_token(self) -> str:
+        env = os.environ if self._environ is None else self._environ
+        return key_token(self._api_key or env_value(env, self.endpoint.key_env))
 
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """A chat model for ``selection`` with a request timeout; its client retries transport failures."""

@@ -136,6 +136,12 @@ class ModelProvider(ABC):
         variable; None when nothing is missing. ``chat_model`` raises ``ModelNotConfiguredError`` naming it."""
         return None
 
+    def credentials_token(self) -> str:
+        """A digest of the credentials a model built now would carry ("" when there are none to tell).
+
+        The registry rebuilds a cached model when it changes, so a rotated key reaches new calls."""
+        return ""
+
 
 class ProviderRegistry:
     """The providers an engine can use, keyed by name, with one cached chat model per distinct selection.
@@ -152,7 +158,7 @@ class ProviderRegistry:
         override: ModelProvider | None = None,
     ) -> None:
         self._providers: dict[str, ModelProvider] = {}
-        self._models: dict[tuple[int, str], tuple[ModelProvider, BaseChatModel]] = {}
+        self._models: dict[tuple[int, str], tuple[ModelProvider, str, BaseChatModel]] = {}
         self._lock = threading.Lock()
         self.override = override
         for provider in providers:
@@ -205,13 +211,15 @@ class ProviderRegistry:
         self.validate(selection)
         provider = self.override or self._providers[selection.provider]
         key = (id(provider), _selection_key(selection))
+        token = provider.credentials_token()
         with self._lock:
             cached = self._models.get(key)
-            # The provider is kept with the model so a recycled id() never returns another provider's model.
-            if cached is not None and cached[0] is provider:
-                return cached[1]
+            # The provider is kept with the model so a recycled id() never returns another provider's model. A
+            # model whose key was rotated is rebuilt; one whose key cannot be read right now keeps serving.
+            if cached is not None and cached[0] is provider and token in (cached[1], ""):
+                return cached[2]
             model = provider.chat_model(selection)
-            self._models[key] = (provider, model)
+            self._models[key] = (provider, token, model)
             return model
 
 

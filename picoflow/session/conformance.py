@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from picoflow.errors import SessionConflictError, SessionFlowInvariantError, SessionTooLargeError
-from picoflow.session.document import MessageDoc, SessionDoc
+from picoflow.session.document import MessageDoc, SessionDoc, new_document
 from picoflow.session.receipts import TurnReceipt
 from picoflow.session.store import SessionStore
 
@@ -351,6 +351,42 @@ async def check_effect_journal(store: SessionStore) -> None:
     assert loaded.revision == 0 and _same(loaded, doc), "effect_journal: recording an effect changed the session"
 
 
+async def check_owner_erasure(store: SessionStore) -> None:
+    """``delete_owner`` removes the owner's sessions (receipts with them) and journal entries, whatever their state,
+    and nothing of anyone else's; a second call finds nothing; a blank owner is refused."""
+    owner, other = "erasure-" + os.urandom(6).hex(), "keeper-" + os.urandom(6).hex()
+    first = await store.create(_flow(), owner=owner)
+    first.receipts = [TurnReceipt(key="k" * 64, request="r" * 64, at=1_800_000_000, response={"message": "hi"})]
+    saved = await store.save(first, 0)
+    inserted = await store.insert(new_document(_flow(), owner=owner))
+    theirs = await store.create(_flow(), owner=other)
+    anonymous = await store.create(_flow())
+    assert await store.record_effect(saved.id, "k-erased", {"kind": "none"}, owner=owner), (
+        "owner_erasure: a new key was not recorded"
+    )
+    assert await store.record_effect(theirs.id, "k-kept", {"kind": "none"}, owner=other), (
+        "owner_erasure: a new key was not recorded"
+    )
+    removed = await store.delete_owner(owner)
+    assert removed == 2, f"owner_erasure: delete_owner reported {removed} sessions removed, expected 2"
+    for gone in (saved.id, inserted.id):
+        assert await store.load(gone) is None, f"owner_erasure: session {gone!r} of the erased owner remains"
+    assert await store.load_effect(saved.id, "k-erased") is None, "owner_erasure: the owner's journal entry remains"
+    kept = await _load(store, theirs.id, "owner_erasure")
+    assert kept.owner == other and _same(kept, theirs), "owner_erasure: another owner's session changed"
+    assert await store.load(anonymous.id) is not None, "owner_erasure: an anonymous session was removed"
+    assert await store.load_effect(theirs.id, "k-kept") == {"kind": "none"}, (
+        "owner_erasure: another owner's journal entry was removed"
+    )
+    assert await store.delete_owner(owner) == 0, "owner_erasure: a second delete_owner found sessions"
+    try:
+        await store.delete_owner("")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("owner_erasure: delete_owner('') did not raise ValueError")
+
+
 Check = Callable[[SessionStore], Awaitable[str | None]]
 
 CHECKS: dict[str, Check] = {
@@ -365,6 +401,7 @@ CHECKS: dict[str, Check] = {
     "blank_flow_name": check_blank_flow_name,
     "flow_name_rebinding": check_flow_name_rebinding,
     "effect_journal": check_effect_journal,
+    "owner_erasure": check_owner_erasure,
     "size_limit": check_size_limit,
     "large_history": check_large_history,
 }

@@ -2,7 +2,8 @@
 
 Item layout (partition key ``id``)::
 
-    id S | revision N | flowName S | runStatus S | saveOn S | expiresAt N (only with a TTL) | doc B
+    id S | revision N | flowName S | runStatus S | saveOn S | expiresAt N (only with a TTL) | owner S (only when
+    an authenticated principal created the session) | doc B
     | reviewQueue S, reviews S (only while calls wait for a reviewer: the sparse index "reviews")
 
 ``doc`` is the zlib-compressed compact JSON of the whole document. Keeping the document binary
@@ -11,9 +12,12 @@ avoids DynamoDB's number and empty-value rules altogether and cuts the write uni
 The effect journal (``picoflow.session.journal``) lives in the same table, one small item per recorded effect
 call, under an ``id`` no session can have (session ids never contain ``#``)::
 
-    id S = "effect#<key>" | session S | outcome B | expiresAt N (always: 24 hours on)
+    id S = "effect#<key>" | session S | outcome B | expiresAt N (always: 24 hours on) | owner S (as the session's)
 
 The table's TTL on ``expiresAt`` removes the entries; a read ignores one whose time is past meanwhile.
+
+Erasure (``delete_owner``) finds a principal's items through the global secondary index ``OWNER_INDEX``, keyed by
+``owner`` and projecting keys only. Items without ``owner`` (anonymous sessions) are not in it, so it stays small.
 """
 
 from __future__ import annotations
@@ -61,6 +65,13 @@ REVIEWS_INDEX = "reviews"
 REVIEW_QUEUE = "reviewQueue"
 REVIEWS = "reviews"
 PENDING = "pending"
+#: The global secondary index on ``owner`` (keys only) through which ``delete_owner`` finds a principal's items.
+OWNER_INDEX = "owner-index"
+#: Passes over the owner index ``delete_owner`` makes at most: the index is updated shortly after each write,
+#: so a pass can still list an item just deleted, or miss one written a moment before the erasure began.
+ERASE_PASSES = 5
+#: Deletes ``delete_owner`` keeps in flight at once.
+ERASE_CONCURRENCY = 8
 
 CONNECT_TIMEOUT_SECONDS = 2
 READ_TIMEOUT_SECONDS = 5
@@ -231,13 +242,17 @@ class DynamoDBSessionStore(SessionStore):
             return None
         return decode_outcome(zlib.decompress(item["outcome"]["B"]))
 
-    async def record_effect(self, session_id: str, key: str, outcome: dict[str, Any]) -> bool:
+    async def record_effect(
+        self, session_id: str, key: str, outcome: dict[str, Any], *, owner: str | None = None
+    ) -> bool:
         item: dict[str, dict[str, Any]] = {
             "id": {"S": EFFECT_ID_PREFIX + key},
             "session": {"S": session_id},
             "outcome": {"B": zlib.compress(encode_outcome(outcome), COMPRESSION_LEVEL)},
             "expiresAt": {"N": str(expiry())},
         }
+        if owner:
+            item["owner"] = {"S": owner}
         size = item_size(item)
         if size > MAX_ITEM_BYTES:
             raise SessionTooLargeError(session_id, size, MAX_ITEM_BYTES)
@@ -276,6 +291,61 @@ class DynamoDBSessionStore(SessionStore):
             request["ExclusiveStartKey"] = last
         return still_waiting(entries, limit)
 
+    async def delete_owner(self, owner: str) -> int:
+        if not owner:
+            raise ValueError("delete_owner needs a principal; anonymous sessions belong to nobody.")
+        sessions = 0
+        tried: set[str] = set()
+        limit = asyncio.Semaphore(ERASE_CONCURRENCY)
+
+        async def erase(item_id: str) -> bool:
+            async with limit:
+                return await self._delete_owned(item_id, owner)
+
+        for _ in range(ERASE_PASSES):
+            found = [item_id for item_id in await self._owned_ids(owner) if item_id not in tried]
+            if not found:
+                break
+            tried.update(found)
+            erased = await asyncio.gather(*(erase(item_id) for item_id in found))
+            removed = [item_id for item_id, gone in zip(found, erased, strict=True) if gone]
+            sessions += sum(1 for item_id in removed if not item_id.startswith(EFFECT_ID_PREFIX))
+        return sessions
+
+    async def _owned_ids(self, owner: str) -> list[str]:
+        """The ids the owner index lists for ``owner``, every page of them."""
+        ids: list[str] = []
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": OWNER_INDEX,
+            "KeyConditionExpression": "#owner = :owner",
+            "ExpressionAttributeNames": {"#owner": "owner"},
+            "ExpressionAttributeValues": {":owner": {"S": owner}},
+        }
+        while True:
+            page = await self._call("delete_owner", "", "query", **request)
+            ids.extend(item["id"]["S"] for item in page.get("Items", []))
+            if not page.get("LastEvaluatedKey"):
+                return ids
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    async def _delete_owned(self, item_id: str, owner: str) -> bool:
+        """Delete ``item_id`` if it still belongs to ``owner``; False when it was already gone."""
+        try:
+            await self._call(
+                "delete_owner",
+                item_id,
+                "delete_item",
+                TableName=self.table_name,
+                Key={"id": {"S": item_id}},
+                ConditionExpression="#owner = :owner",
+                ExpressionAttributeNames={"#owner": "owner"},
+                ExpressionAttributeValues={":owner": {"S": owner}},
+            )
+        except SessionConflictError:
+            return False
+        return True
+
     async def close(self) -> None:
         if not self._owns_client:
             return
@@ -303,6 +373,8 @@ class DynamoDBSessionStore(SessionStore):
             "saveOn": {"S": format_timestamp(doc.save_on)},
             "doc": {"B": zlib.compress(encode_document(doc), COMPRESSION_LEVEL)},
         }
+        if doc.owner:
+            item["owner"] = {"S": doc.owner}
         if self.ttl_seconds is not None:
             item["expiresAt"] = {"N": str(int(time.time()) + self.ttl_seconds)}
         reviews = review_entries(doc)
@@ -399,20 +471,29 @@ def item_size(item: dict[str, dict[str, Any]]) -> int:
 
 
 def create_table(client: Any, table_name: str) -> None:
-    """Create an on-demand sessions table keyed by ``id`` (S) with the sparse index of calls waiting for a
-    reviewer (``REVIEWS_INDEX``), wait for it, and turn TTL on for ``expiresAt``."""
+    """Create an on-demand sessions table keyed by ``id`` (S) with the owner index (``OWNER_INDEX``) and the
+    sparse index of calls waiting for a reviewer (``REVIEWS_INDEX``), wait for it, and turn TTL on for
+    ``expiresAt``."""
     client.create_table(
         TableName=table_name,
         AttributeDefinitions=[
             {"AttributeName": "id", "AttributeType": "S"},
+            {"AttributeName": "owner", "AttributeType": "S"},
             {"AttributeName": REVIEW_QUEUE, "AttributeType": "S"},
         ],
         KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        GlobalSecondaryIndexes=[{
-            "IndexName": REVIEWS_INDEX,
-            "KeySchema": [{"AttributeName": REVIEW_QUEUE, "KeyType": "HASH"}],
-            "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": [REVIEWS]},
-        }],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": OWNER_INDEX,
+                "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            },
+            {
+                "IndexName": REVIEWS_INDEX,
+                "KeySchema": [{"AttributeName": REVIEW_QUEUE, "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": [REVIEWS]},
+            },
+        ],
         BillingMode="PAY_PER_REQUEST",
     )
     client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})

@@ -72,6 +72,8 @@ class TurnJournal:
     store: SessionStore
     session_id: str
     revision: int
+    #: The session's principal, recorded with each entry so erasing the principal finds its entries.
+    owner: str | None = None
     _seen: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
     def key(self, step_id: str, tool: str, args: Any) -> str:
@@ -87,4 +89,4 @@ class TurnJournal:
 
     async def record(self, key: str, outcome: dict[str, Any]) -> None:
         """Record ``outcome`` under ``key`` (a key already recorded keeps its first outcome)."""
-        await self.store.record_effect(self.session_id, key, outcome)
+        await self.store.record_effect(self.session_id, key, outcome, owner=self.owner)

@@ -22,10 +22,10 @@ class MemorySessionStore(SessionStore):
 
     def __init__(self, *, max_document_bytes: int | None = None) -> None:
         self.max_document_bytes = max_document_bytes
-        # (revision, flow name, encoded document) per session id.
-        self._rows: dict[str, tuple[int, str, bytes]] = {}
-        # The effect journal: (expiry epoch second, encoded outcome) per key.
-        self._effects: dict[str, tuple[int, bytes]] = {}
+        # (revision, flow name, encoded document, owner) per session id.
+        self._rows: dict[str, tuple[int, str, bytes, str | None]] = {}
+        # The effect journal: (expiry epoch second, encoded outcome, owner) per key.
+        self._effects: dict[str, tuple[int, bytes, str | None]] = {}
         # Calls waiting for a reviewer, per session: the index ``list_reviews`` reads.
         self._reviews: dict[str, list[dict[str, Any]]] = {}
         # A thread lock rather than an asyncio one: the critical sections never await, and callers
@@ -51,7 +51,7 @@ class MemorySessionStore(SessionStore):
             row = self._rows.get(written.id)
             if row is None or row[0] != expected_revision or row[1] != written.flow.name:
                 raise SessionConflictError(written.id)
-            self._rows[written.id] = (written.revision, written.flow.name, encoded)
+            self._rows[written.id] = (written.revision, written.flow.name, encoded, row[3])
             self._index_reviews(written)
         return written
 
@@ -73,7 +73,9 @@ class MemorySessionStore(SessionStore):
             return None
         return decode_outcome(entry[1])
 
-    async def record_effect(self, session_id: str, key: str, outcome: dict[str, Any]) -> bool:
+    async def record_effect(
+        self, session_id: str, key: str, outcome: dict[str, Any], *, owner: str | None = None
+    ) -> bool:
         encoded = encode_outcome(outcome)
         now = time.time()
         with self._lock:
@@ -81,9 +83,9 @@ class MemorySessionStore(SessionStore):
             if held is not None and held[0] >= now:
                 return False
             # Expired entries go as new ones arrive, so the journal stays as small as a day's effects.
-            for stale in [k for k, (expires, _) in self._effects.items() if expires < now]:
+            for stale in [k for k, (expires, _, _) in self._effects.items() if expires < now]:
                 del self._effects[stale]
-            self._effects[key] = (expiry(now), encoded)
+            self._effects[key] = (expiry(now), encoded, owner or None)
         return True
 
     async def list_reviews(self, limit: int = 100) -> list[dict[str, Any]]:
@@ -91,13 +93,25 @@ class MemorySessionStore(SessionStore):
             reviews = [entry for entries in self._reviews.values() for entry in entries]
         return still_waiting(reviews, limit)
 
+    async def delete_owner(self, owner: str) -> int:
+        if not owner:
+            raise ValueError("delete_owner needs a principal; anonymous sessions belong to nobody.")
+        with self._lock:
+            sessions = [session_id for session_id, row in self._rows.items() if row[3] == owner]
+            for session_id in sessions:
+                del self._rows[session_id]
+                self._reviews.pop(session_id, None)
+            for key in [key for key, entry in self._effects.items() if entry[2] == owner]:
+                del self._effects[key]
+        return len(sessions)
+
     def _put_new(self, doc: SessionDoc) -> SessionDoc:
         """Keep ``doc`` as a new row; ``SessionConflictError`` when a row already has its id."""
         encoded = self._encode(doc)
         with self._lock:
             if doc.id in self._rows:
                 raise SessionConflictError(doc.id)
-            self._rows[doc.id] = (doc.revision, doc.flow.name, encoded)
+            self._rows[doc.id] = (doc.revision, doc.flow.name, encoded, doc.owner)
             self._index_reviews(doc)
         return doc
 

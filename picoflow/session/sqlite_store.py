@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from picoflow.errors import SessionConflictError, SessionStoreError, SessionTooLargeError
+from picoflow.errors import PicoFlowError, SessionConflictError, SessionStoreError, SessionTooLargeError
 from picoflow.session.approvals import review_entries, still_waiting
 from picoflow.session.document import (
     FlowDoc,
@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS session (
     revision INTEGER NOT NULL,
     run_status TEXT NOT NULL,
     save_on TEXT NOT NULL,
-    doc TEXT NOT NULL
+    doc TEXT NOT NULL,
+    owner TEXT
 )
 """
 # Calls waiting for a reviewer, one row each, rewritten with their session's row in the same transaction.
@@ -57,9 +58,15 @@ CREATE TABLE IF NOT EXISTS effect_journal (
     key TEXT PRIMARY KEY,
     session_id TEXT NOT NULL,
     expires_at INTEGER NOT NULL,
-    outcome TEXT NOT NULL
+    outcome TEXT NOT NULL,
+    owner TEXT
 )
 """
+# Erasure finds a principal's rows through these indexes (``delete_owner``), never by reading every row.
+_OWNER_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS session_owner ON session (owner) WHERE owner IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS effect_journal_owner ON effect_journal (owner) WHERE owner IS NOT NULL",
+)
 
 
 @contextlib.contextmanager
@@ -128,9 +135,9 @@ class SQLiteSessionStore(SessionStore):
 
         def _insert_row(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
-                "INSERT OR IGNORE INTO session (id, flow_name, revision, run_status, save_on, doc) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (doc.id, doc.flow.name, doc.revision, doc.run_status, format_timestamp(doc.save_on), text),
+                "INSERT OR IGNORE INTO session (id, flow_name, revision, run_status, save_on, doc, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (doc.id, doc.flow.name, doc.revision, doc.run_status, format_timestamp(doc.save_on), text, doc.owner),
             )
             if cursor.rowcount == 1:
                 _index_reviews(conn, doc)
@@ -202,7 +209,9 @@ class SQLiteSessionStore(SessionStore):
         row = await self._run("load_effect", session_id, read)
         return None if row is None else decode_outcome(row[0])
 
-    async def record_effect(self, session_id: str, key: str, outcome: dict[str, Any]) -> bool:
+    async def record_effect(
+        self, session_id: str, key: str, outcome: dict[str, Any], *, owner: str | None = None
+    ) -> bool:
         text = encode_outcome(outcome).decode("utf-8")
 
         def insert(conn: sqlite3.Connection) -> bool:
@@ -210,8 +219,9 @@ class SQLiteSessionStore(SessionStore):
             # Expired entries go as new ones arrive, so the journal stays as small as a day's effects.
             conn.execute("DELETE FROM effect_journal WHERE expires_at < ?", (now,))
             cursor = conn.execute(
-                "INSERT OR IGNORE INTO effect_journal (key, session_id, expires_at, outcome) VALUES (?, ?, ?, ?)",
-                (key, session_id, expiry(now), text),
+                "INSERT OR IGNORE INTO effect_journal (key, session_id, expires_at, outcome, owner) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (key, session_id, expiry(now), text, owner or None),
             )
             return cursor.rowcount == 1
 
@@ -226,6 +236,22 @@ class SQLiteSessionStore(SessionStore):
 
         rows = await self._run("list_reviews", "", read)
         return still_waiting((json.loads(row[0]) for row in rows), limit)
+
+    async def delete_owner(self, owner: str) -> int:
+        if not owner:
+            raise ValueError("delete_owner needs a principal; anonymous sessions belong to nobody.")
+
+        def remove(conn: sqlite3.Connection) -> int:
+            # One transaction: the owner's sessions and journal entries go together or not at all.
+            with conn:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("DELETE FROM effect_journal WHERE owner = ?", (owner,))
+                conn.execute(
+                    "DELETE FROM pending_review WHERE session_id IN (SELECT id FROM session WHERE owner = ?)", (owner,)
+                )
+                return conn.execute("DELETE FROM session WHERE owner = ?", (owner,)).rowcount
+
+        return await self._run("delete_owner", "", remove)
 
     async def close(self) -> None:
         def shut() -> None:
@@ -274,8 +300,29 @@ class SQLiteSessionStore(SessionStore):
                 conn.execute(_JOURNAL_SCHEMA)
                 conn.execute(_REVIEWS_SCHEMA)
                 conn.execute(_REVIEWS_INDEX)
+                _add_owner_columns(conn)
+                for statement in _OWNER_INDEXES:
+                    conn.execute(statement)
             except BaseException:
                 conn.close()
                 raise
             self._conn = conn
         return self._conn
+
+
+def _add_owner_columns(conn: sqlite3.Connection) -> None:
+    """Bring a database written before erasure existed up to date: the ``owner`` columns, filled in for the
+    sessions it already holds (each document records its owner)."""
+    for table in ("session", "effect_journal"):
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if "owner" in columns:
+            continue
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT")
+        if table == "session":
+            for session_id, revision, text in conn.execute("SELECT id, revision, doc FROM session").fetchall():
+                try:
+                    owner = decode_document(text, revision).owner
+                except (ValueError, PicoFlowError):  # unreadable: its own load fails, and it records no owner
+                    continue
+                if owner:
+                    conn.execute("UPDATE session SET owner = ? WHERE id = ?", (owner, session_id))

@@ -59,15 +59,26 @@ class SessionStore(ABC):
         or None when there is none or it has expired. Backends that keep no journal refuse effect tools."""
         raise PicoFlowError(f"{type(self).__name__} keeps no effect journal, so it cannot serve effect tools.")
 
-    async def record_effect(self, session_id: str, key: str, outcome: dict[str, Any]) -> bool:
+    async def record_effect(
+        self, session_id: str, key: str, outcome: dict[str, Any], *, owner: str | None = None
+    ) -> bool:
         """Record ``outcome`` (a JSON object) under ``key`` with one conditional write, kept for
-        ``JOURNAL_TTL_SECONDS``; False, and the first outcome kept, when ``key`` is already recorded."""
+        ``JOURNAL_TTL_SECONDS``; False, and the first outcome kept, when ``key`` is already recorded.
+
+        ``owner`` (the session's principal, if any) is kept with the entry so ``delete_owner`` finds it."""
         raise PicoFlowError(f"{type(self).__name__} keeps no effect journal, so it cannot serve effect tools.")
 
     async def list_reviews(self, limit: int = 100) -> list[dict[str, Any]]:
         """The tool calls waiting for a reviewer, across sessions, oldest first (``review_entries``' form), read
         from an index the store keeps with each write, never by reading every session."""
         raise PicoFlowError(f"{type(self).__name__} keeps no index of calls waiting for a reviewer.")
+    async def delete_owner(self, owner: str) -> int:
+        """Erase everything stored for the principal ``owner``: the sessions it created (their receipts live in
+        the same record) and the effect-journal entries its turns recorded. Returns the number of sessions
+        removed (0 when there were none; a second call finds nothing). Anonymous sessions are never touched,
+        and a blank ``owner`` is refused with ``ValueError``. Backends find the owner's records through an
+        index, never by reading every record."""
+        raise PicoFlowError(f"{type(self).__name__} keeps no owner index, so it cannot erase a principal's data.")
 
     async def close(self) -> None:  # noqa: B027 - most backends hold nothing to release
         """Release connections and handles."""

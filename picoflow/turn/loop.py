@@ -27,7 +27,6 @@ from picoflow.errors import (
     ModelUnavailableError,
     ParallelCancelledError,
     PicoFlowError,
-    ScriptExhaustedError,
 )
 from picoflow.files.reader import with_file_parts
 from picoflow.files.refs import with_files
@@ -50,6 +49,7 @@ from picoflow.messages import (
     summary_system_message,
 )
 from picoflow.models.calls import call_deadline, model_call_for
+from picoflow.models.refusals import configuration_error
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.recovery import (
     LlmAttemptErrorContext,
@@ -629,39 +629,14 @@ class _Failure:
     def as_error(self, selection: ModelSelection) -> ModelUnavailableError | ModelNotConfiguredError:
         # Codes of their own, so clients and metrics tell a failing model apart from a failing flow; none aborts.
         text = f"LLM call failed. Reason:{self.reason}. Error:{self.message}"
-        setting = _configuration_setting(self.error)
-        if setting is not None:
-            return ModelNotConfiguredError(text, provider=selection.provider, setting=setting)
+        configuration = configuration_error(self.error, selection.provider, text)
+        if configuration is not None:
+            return configuration
         if self.reason == "timeout":
             return ModelUnavailableError(text, code="MODEL_TIMEOUT", status_code=504)
         if _is_throttling(self.error):
             return ModelUnavailableError(text, code="MODEL_THROTTLED", status_code=503)
         return ModelUnavailableError(text)
-
-
-# A scripted model out of replies: the script is the setting to fix (picoflow.models.factory reads it).
-SCRIPT_SETTING = "PICOFLOW_SCRIPT"
-# What a provider's refusal of the deployment's own settings means: a key it rejects, a model it does not know.
-_CONFIGURATION_STATUSES = {401: "the API key", 404: "the model name"}
-_CONFIGURATION_CODES = {
-    "UnrecognizedClientException": "the AWS credentials",
-    "AccessDeniedException": "the model access of the function's role",
-    "ResourceNotFoundException": "the model name",
-}
-
-
-def _configuration_setting(error: BaseException | None) -> str | None:
-    """The setting an operator must fix when ``error`` says the deployment itself is misconfigured, else None."""
-    if error is None:
-        return None
-    if isinstance(error, ScriptExhaustedError):
-        return SCRIPT_SETTING
-    status = getattr(error, "status_code", None)
-    if isinstance(status, int) and status in _CONFIGURATION_STATUSES:
-        return _CONFIGURATION_STATUSES[status]
-    response = getattr(error, "response", None)
-    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-    return _CONFIGURATION_CODES.get(code) if isinstance(code, str) else None
 
 
 _THROTTLING_NAMES = frozenset({"RateLimitError", "ThrottlingException", "ResourceExhausted", "TooManyRequests"})
