@@ -1,6 +1,7 @@
 """The PicoFlow HTTP API (API Gateway HTTP API, payload format 2.0) on Powertools' resolver.
 
-Routes: ``POST /ai/run``, ``POST /ai/files``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``. Powertools
+Routes: ``POST /ai/run``, ``POST /ai/files``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``, and the open
+protocols: ``POST /ag-ui/{flowName}`` (AG-UI). Powertools
 validates each request against ``picoflow.aws.requests`` before a route runs, and publishes the OpenAPI
 document from the same models and signatures; ``PICOFLOW_SWAGGER=true`` also serves it with a Swagger UI on
 ``GET /swagger``. Every refusal and failure is this API's JSON envelope (``picoflow.aws.responses``). A
@@ -17,6 +18,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ag_ui.core import RunAgentInput
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
@@ -29,6 +31,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
 from picoflow import RunResponse
+from picoflow.aws import agui_route
 from picoflow.aws.cors import cors_config
 from picoflow.aws.deadline import turn_deadline, wait_limit
 from picoflow.aws.idempotency import IdempotencyKeyHeader
@@ -59,9 +62,13 @@ from picoflow.aws.streams import stream_http_turn as stream_turn
 from picoflow.errors import RETRY_AFTER_SECONDS, FileRefusedError, FileStoreError, public_message
 from picoflow.files.intake import TakenFiles, open_upload, take_files
 from picoflow.files.store import UploadTicket
+from picoflow.protocols.agui import EVENT_STREAM
 from picoflow.wire import JSON, RETRY_AFTER_HEADER, requested_session
 
-__all__ = ["app", "lambda_handler", "openapi_schema", "read_session", "stream_turn"]
+__all__ = ["app", "lambda_handler", "openapi_schema", "read_session", "stream_protocol", "stream_turn"]
+
+#: Streams the open protocols' routes as they happen under ``picoflow serve`` (``POST /ag-ui/{flowName}``).
+stream_protocol = agui_route.stream_agui
 
 API_TITLE = "PicoFlow API"
 API_VERSION = "1.0.0"
@@ -230,6 +237,28 @@ def list_flows() -> Response[str]:
 @app.get("/health", summary="Liveness check")
 def health() -> Response[str]:
     return Response(status_code=200, content_type=JSON, body=json.dumps({"status": "ok"}))
+
+
+@app.post(
+    "/ag-ui/<flowName>",
+    summary="Run one turn of a flow over AG-UI",
+    description="An AG-UI RunAgentInput; the threadId is the session. The answer is the run's AG-UI event stream "
+    "(text/event-stream), all at once when the turn has ended (picoflow serve streams it as it happens).",
+    responses={
+        200: {"description": "The run's AG-UI events, RUN_STARTED first, RUN_FINISHED or RUN_ERROR last.",
+              "content": {EVENT_STREAM: {}}},
+        **_documented(TurnEnvelope, {400: "Malformed body, a message too long, or an unknown flow."}),
+    },
+)
+def agui_run(flowName: str, run: RunAgentInput) -> Response[str]:  # noqa: N803 - the route's own spelling
+    runtime, request_id = get_runtime(), _request_id()
+    read = agui_route.read_agui(flowName, app.current_event.json_body, runtime)
+    if isinstance(read, Refusal):
+        return _refuse(read)
+    body = agui_route.buffered_agui(flowName, read[0], read[1], caller=_caller(), context=app.lambda_context,
+                                    request_id=request_id)
+    return Response(status_code=200, content_type=EVENT_STREAM, body=body,
+                    headers={"Cache-Control": "no-cache"})
 
 
 if (os.environ.get("PICOFLOW_SWAGGER") or "").lower() == "true":
