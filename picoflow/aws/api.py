@@ -1,7 +1,7 @@
 """The PicoFlow HTTP API (API Gateway HTTP API, payload format 2.0) on Powertools' resolver.
 
 Routes: ``POST /ai/run``, ``POST /ai/files``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``, and the open
-protocols: ``POST /ag-ui/{flowName}`` (AG-UI). Powertools
+protocols: ``POST /ag-ui/{flowName}`` (AG-UI) and ``POST /mcp`` (MCP). Powertools
 validates each request against ``picoflow.aws.requests`` before a route runs, and publishes the OpenAPI
 document from the same models and signatures; ``PICOFLOW_SWAGGER=true`` also serves it with a Swagger UI on
 ``GET /swagger``. Every refusal and failure is this API's JSON envelope (``picoflow.aws.responses``). A
@@ -259,6 +259,26 @@ def agui_run(flowName: str, run: RunAgentInput) -> Response[str]:  # noqa: N803 
                                     request_id=request_id)
     return Response(status_code=200, content_type=EVENT_STREAM, body=body,
                     headers={"Cache-Control": "no-cache"})
+
+
+@app.post(
+    "/mcp",
+    summary="The flows as an MCP server (streamable HTTP, stateless, JSON answers)",
+    description="One MCP tool per flow, named after it: input {message, session?, approvals?}, structured output "
+    "{message, session, completed, pendingApprovals}. The session's owner is the caller's principal.",
+    responses={200: {"description": "The JSON-RPC answer.", "content": {JSON: {}}},
+               202: {"description": "A notification or response was accepted."}},
+)
+def mcp_endpoint() -> Response[str]:
+    # Imported on first use: the MCP server's web stack is not every invocation's cold start.
+    from picoflow.aws.mcp_route import answer_mcp
+
+    answer = answer_mcp(app.current_event.raw_event, app.lambda_context, caller=_caller(), request_id=_request_id())
+    headers = {name: value for name, value in (answer.get("headers") or {}).items()
+               if name.lower() not in ("content-type", "content-length")}
+    content_type = (answer.get("headers") or {}).get("content-type") or JSON
+    return Response(status_code=int(answer["statusCode"]), content_type=content_type, body=answer.get("body") or "",
+                    headers=headers)
 
 
 if (os.environ.get("PICOFLOW_SWAGGER") or "").lower() == "true":
