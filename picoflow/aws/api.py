@@ -1,7 +1,8 @@
 """The PicoFlow HTTP API (API Gateway HTTP API, payload format 2.0) on Powertools' resolver.
 
 Routes: ``POST /ai/run``, ``POST /ai/files``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``, and the open
-protocols: ``POST /ag-ui/{flowName}`` (AG-UI) and ``POST /mcp`` (MCP). Powertools
+protocols: ``POST /ag-ui/{flowName}`` (AG-UI), ``POST /mcp`` (MCP), ``GET /a2a/{flowName}/.well-known/agent-card.json``
+and ``POST /a2a/{flowName}`` (A2A). Powertools
 validates each request against ``picoflow.aws.requests`` before a route runs, and publishes the OpenAPI
 document from the same models and signatures; ``PICOFLOW_SWAGGER=true`` also serves it with a Swagger UI on
 ``GET /swagger``. Every refusal and failure is this API's JSON envelope (``picoflow.aws.responses``). A
@@ -273,7 +274,38 @@ def mcp_endpoint() -> Response[str]:
     # Imported on first use: the MCP server's web stack is not every invocation's cold start.
     from picoflow.aws.mcp_route import answer_mcp
 
-    answer = answer_mcp(app.current_event.raw_event, app.lambda_context, caller=_caller(), request_id=_request_id())
+    return _asgi_answer(answer_mcp(app.current_event.raw_event, app.lambda_context, caller=_caller(),
+                                   request_id=_request_id()))
+
+
+@app.get("/a2a/<flowName>/.well-known/agent-card.json", summary="A flow's A2A agent card")
+def a2a_card(flowName: str) -> Response[str]:  # noqa: N803 - the route's own spelling
+    return _a2a(flowName)
+
+
+@app.post(
+    "/a2a/<flowName>",
+    summary="A flow as an A2A agent (JSON-RPC: SendMessage, SendStreamingMessage)",
+    description="contextId is the session; a turn with pending approvals is input-required, a failed one failed.",
+    responses={200: {"description": "The JSON-RPC answer (a streaming send: its events, all at once).",
+                     "content": {JSON: {}, EVENT_STREAM: {}}}},
+)
+def a2a_rpc(flowName: str) -> Response[str]:  # noqa: N803 - the route's own spelling
+    return _a2a(flowName)
+
+
+def _a2a(flow_name: str) -> Response[str]:
+    if flow_name not in get_runtime().engine.get_flow_names():
+        return failure(404, "NOT_FOUND", _named_session(), _request_id())
+    # Imported on first use: the A2A SDK is not every invocation's cold start.
+    from picoflow.aws.a2a_route import answer_a2a
+
+    return _asgi_answer(answer_a2a(app.current_event.raw_event, flow_name, app.lambda_context, caller=_caller(),
+                                   request_id=_request_id()))
+
+
+def _asgi_answer(answer: dict[str, Any]) -> Response[str]:
+    """An ASGI application's proxy response (from Mangum) as this resolver's response."""
     headers = {name: value for name, value in (answer.get("headers") or {}).items()
                if name.lower() not in ("content-type", "content-length")}
     content_type = (answer.get("headers") or {}).get("content-type") or JSON

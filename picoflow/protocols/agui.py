@@ -46,8 +46,8 @@ from ag_ui.encoder import EventEncoder
 
 from picoflow.engine import FlowEngine
 from picoflow.events import TurnEvent
+from picoflow.protocols.conversations import conversation_key, conversation_session, open_conversation
 from picoflow.session.document import SessionDoc
-from picoflow.session.receipts import first_turn_session_id
 from picoflow.wire import PLAIN_TEXT
 
 __all__ = [
@@ -122,14 +122,17 @@ def approvals_from(run: RunAgentInput) -> list[dict[str, Any]]:
     return decisions
 
 
+PROTOCOL = "ag-ui-thread"
+
+
 def thread_key(thread_id: str) -> str:
     """The idempotency key of a thread's first run: the session it creates is ``thread_session``'s id."""
-    return f"ag-ui-thread:{thread_id}"
+    return conversation_key(PROTOCOL, thread_id)
 
 
 def thread_session(thread_id: str, caller: str | None) -> str:
     """The id of the session that holds ``thread_id``'s conversation for ``caller``."""
-    return first_turn_session_id(thread_key(thread_id), caller or "")
+    return conversation_session(PROTOCOL, thread_id, caller)
 
 
 class AguiTranslator:
@@ -265,21 +268,18 @@ async def run_events(
     translator = AguiTranslator(run)
     for started in translator.started():
         yield started
-    session_id = thread_session(run.thread_id, caller)
-    stored = await engine.session_store.load(session_id)
-    if stored is not None and stored.run_status != "running":
+    # A retried run (the same runId) is answered from its receipt; a thread's first run creates its session.
+    conversation = await open_conversation(engine, PROTOCOL, run.thread_id, caller, run.run_id)
+    if conversation.ended:
         code, sentence = THREAD_ENDED
         yield RunErrorEvent(message=sentence, code=code)
         return
     approvals = approvals_from(run)
-    # Only an approval answer may come without a message, and only on a thread that exists.
     extra: dict[str, Any] = {"approvals": approvals} if approvals else {}
     text = message if message is not None else new_user_message(run)
     turn = engine.stream(
-        flow_name, text, session_id if stored is not None else None, config=_config(run), deadline=deadline,
-        # A retried run (the same runId) is answered from its receipt; a thread's first run creates its session.
-        idempotency_key=f"ag-ui-run:{run.run_id}" if stored is not None else thread_key(run.thread_id),
-        caller=caller, request_id=request_id, **extra,
+        flow_name, text, conversation.session_id, config=_config(run), deadline=deadline,
+        idempotency_key=conversation.key, caller=caller, request_id=request_id, **extra,
     )
     async for event in turn:
         if event.event == "committed" and event.response is not None and event.response.session:
