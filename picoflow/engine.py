@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from picoflow import lifecycle, telemetry
 from picoflow.deadline import bounded_turn, current_deadline, turn_deadline
 from picoflow.errors import (
+    ApprovalNotPendingError,
     BadRequestError,
     FileRefusedError,
     FileStoreError,
@@ -19,6 +20,7 @@ from picoflow.errors import (
     FlowSetupError,
     ModelNotConfiguredError,
     ModelUnavailableError,
+    NotApproverError,
     PicoFlowError,
     SessionConflictError,
     SessionFlowInvariantError,
@@ -60,6 +62,8 @@ _UNTOUCHED_ERRORS = (
     MCPUnavailableError,
     FileRefusedError,
     FileStoreError,
+    ApprovalNotPendingError,
+    NotApproverError,
 )
 
 
@@ -141,6 +145,7 @@ class FlowEngine:
         files: Iterable[FileRef] = (),
         file_data: Mapping[str, bytes] | None = None,
         inline_files: Iterable[FileRecord] = (),
+        approvals: Iterable[Mapping[str, Any]] | None = None,
     ) -> RunResponse:
         """Run one turn; never raises — failures come back as a ``RunResponse`` with ``success=False``.
 
@@ -154,15 +159,51 @@ class FlowEngine:
         conditional write as the session, and a retry with the same key (and ``caller``) gets the
         stored response back, marked ``replayed``, without running again.
 
+        ``approvals`` are the user's decisions on tool calls waiting for one (``[{"id", "approved", "reason"?}]``,
+        the ids ``RunResponse.pending_approvals`` gave): an approved call runs once, a denied one never; the model
+        reads each outcome and answers (the message is then optional). A call that is not waiting answers
+        ``APPROVAL_NOT_PENDING``, a reviewer's call ``NOT_APPROVER``; either writes nothing.
+
         This is the turn's event stream (:meth:`stream`) drained: the response is the one its final event
         carries. With nobody reading the reply as it is written, models are called without streaming.
         """
+        return await self._drained(
+            flow_name, user_message, session_id, config, deadline=deadline, idempotency_key=idempotency_key,
+            caller=caller, request_id=request_id, files=files, file_data=file_data, inline_files=inline_files,
+            approvals=approvals,
+        )
+
+    async def decide(
+        self,
+        flow_name: str,
+        session_id: str,
+        approval_id: str,
+        approved: bool,
+        *,
+        reason: str | None = None,
+        reviewer: str,
+        deadline: float | None = None,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+    ) -> RunResponse:
+        """A reviewer's decision on a call waiting for one (``approval="reviewer"``); never raises.
+
+        An approved call runs in this request, once (journaled as an effect), and its result joins the step's
+        memory; a denied one never runs. No model is called: the user's next turn gets the model's follow-up.
+        The reviewer must be authorised by the caller (the HTTP API checks the reviewer group) and may not decide a
+        call of their own session (``NOT_APPROVER``); a call that is not waiting answers ``APPROVAL_NOT_PENDING``.
+        """
+        decision = {"id": approval_id, "approved": approved, **({"reason": reason} if reason is not None else {})}
+        return await self._drained(
+            flow_name, None, session_id, None, deadline=deadline, idempotency_key=idempotency_key,
+            caller=reviewer, request_id=request_id, files=(), file_data=None, approvals=[decision],
+            reviewer=reviewer,
+        )
+
+    async def _drained(self, flow_name: str, user_message: str | None, session_id: str | None,
+                       config: dict[str, Any] | None, **options: Any) -> RunResponse:
         response: RunResponse | None = None
-        async for event in self._events(
-            EventSink(live=False), flow_name, user_message, session_id, config, deadline=deadline,
-            idempotency_key=idempotency_key, caller=caller, request_id=request_id, files=files, file_data=file_data,
-            inline_files=inline_files,
-        ):
+        async for event in self._events(EventSink(live=False), flow_name, user_message, session_id, config, **options):
             response = event.response if event.final else response
         if response is None:
             raise PicoFlowError("The turn's stream ended without a final event.")
@@ -182,6 +223,7 @@ class FlowEngine:
         files: Iterable[FileRef] = (),
         file_data: Mapping[str, bytes] | None = None,
         inline_files: Iterable[FileRecord] = (),
+        approvals: Iterable[Mapping[str, Any]] | None = None,
     ) -> AsyncIterator[TurnEvent]:
         """Run one turn (the arguments of :meth:`run`) and yield its events as they happen.
 
@@ -193,18 +235,20 @@ class FlowEngine:
         return self._events(
             EventSink(), flow_name, user_message, session_id, config, deadline=deadline,
             idempotency_key=idempotency_key, caller=caller, request_id=request_id, files=files, file_data=file_data,
-            inline_files=inline_files,
+            inline_files=inline_files, approvals=approvals,
         )
 
     async def _events(
         self, sink: EventSink, flow_name: str, user_message: str | None, session_id: str | None,
         config: dict[str, Any] | None, *, deadline: float | None, idempotency_key: str | None, caller: str | None,
         request_id: str | None, files: Iterable[FileRef], file_data: Mapping[str, bytes] | None,
-        inline_files: Iterable[FileRecord] = (),
+        inline_files: Iterable[FileRecord] = (), approvals: Iterable[Mapping[str, Any]] | None = None,
+        reviewer: str | None = None,
     ) -> AsyncIterator[TurnEvent]:
         turn = asyncio.ensure_future(self._answer(
             sink, flow_name, user_message, session_id, config, deadline=deadline, idempotency_key=idempotency_key,
             caller=caller, request_id=request_id, files=files, file_data=file_data, inline_files=inline_files,
+            approvals=approvals, reviewer=reviewer,
         ))
         # Only a cancelled turn ends without its final event: wake the reader so it does not wait forever.
         turn.add_done_callback(lambda done: sink.queue.put_nowait(_BROKEN) if _unanswered(done) else None)
@@ -227,7 +271,8 @@ class FlowEngine:
     async def _answer(self, sink: EventSink, flow_name: str, user_message: str | None, session_id: str | None,
                       config: dict[str, Any] | None, *, deadline: float | None, idempotency_key: str | None,
                       caller: str | None, request_id: str | None, files: Iterable[FileRef],
-                      file_data: Mapping[str, bytes] | None, inline_files: Iterable[FileRecord] = ()) -> None:
+                      file_data: Mapping[str, bytes] | None, inline_files: Iterable[FileRecord] = (),
+                      approvals: Iterable[Mapping[str, Any]] | None = None, reviewer: str | None = None) -> None:
         request_id = request_id or uuid.uuid4().hex
         session = session_id if isinstance(session_id, str) else ""
         with turn_deadline(deadline):
@@ -240,6 +285,7 @@ class FlowEngine:
                 turn = lifecycle.turn_request(
                     flow_name, user_message, session_id, config, idempotency_key, caller, request_id, files,
                     reserved_config=flow_cls.allowed_private_config,
+                    approvals=None if approvals is None else list(approvals), reviewer=reviewer,
                 )
                 async with self._locks.hold(turn.session_id or turn.first_id):
                     prepared = replace(turn, file_data=file_data, inline_files=tuple(inline_files))
@@ -281,7 +327,11 @@ class FlowEngine:
             flow.run_context.bind(doc, services, files)
             # Progress and text are only worth reporting to someone reading them as they happen.
             flow.run_context.events = sink if sink.live else None
-            response = await bounded_turn(loop.answer_turn(flow, turn.message, turn.request_id))
+            if turn.reviewer is not None:
+                answer = loop.answer_review(flow, turn.decisions, turn.reviewer, turn.request_id)
+            else:
+                answer = loop.answer_turn(flow, turn.message, turn.request_id, turn.decisions, turn.caller)
+            response = await bounded_turn(answer)
         except ModelNotConfiguredError as exc:
             # The operator's to fix, not the user's: nothing is written, not even a first turn's empty session.
             saved = doc.stored and doc.revision != found_revision

@@ -272,6 +272,20 @@ class FileStoreError(PicoFlowError):
     status_code = 503
 
 
+class ApprovalNotPendingError(PicoFlowError):
+    """A decision names a call that is not waiting for one: unknown, expired or already decided."""
+
+    code = "APPROVAL_NOT_PENDING"
+    status_code = 409
+
+
+class NotApproverError(PicoFlowError):
+    """A decision by someone who may not make it (a user deciding a reviewer's call, or a reviewer their own)."""
+
+    code = "NOT_APPROVER"
+    status_code = 403
+
+
 class IllegalConversationError(ValueError):
     """A request whose messages the Chat Completions API would refuse."""
 
@@ -317,6 +331,8 @@ PUBLIC_MESSAGES: dict[str, str] = {
     "FILE_DATA_INVALID": "An inline file's data must be base64.",
     "FILE_TYPE_UNSUPPORTED": "The model of this step cannot read this type of file; the session is unchanged.",
     "FILE_STORE_ERROR": "The file store is unavailable right now; please retry.",
+    "APPROVAL_NOT_PENDING": "No such call is waiting for a decision: it is unknown, expired or already decided.",
+    "NOT_APPROVER": "This call must be decided by someone else.",
     "NOT_FOUND": "No such route.",
     "INTERNAL_ERROR": "Internal error.",
 }

@@ -26,6 +26,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from picoflow import telemetry
 from picoflow.deadline import before_deadline, read_back_budget, within_turn
 from picoflow.errors import (
+    ApprovalNotPendingError,
     BadRequestError,
     CompactionError,
     FlowSetupError,
@@ -50,6 +51,7 @@ from picoflow.memory import SummaryConfig
 from picoflow.messages import add_usage
 from picoflow.models.calls import model_call_for
 from picoflow.results import RunResponse, client_message
+from picoflow.session.approvals import Decision, decisions_from
 from picoflow.session.document import FlowDoc, SequenceItem, SessionDoc, StepDoc, new_document
 from picoflow.session.receipts import (
     MIN_ANONYMOUS_KEY_CHARS,
@@ -104,11 +106,17 @@ class TurnRequest:
     file_data: Mapping[str, bytes] | None = None
     #: The records of the inline files among ``files``, stored once the session's checks have passed.
     inline_files: tuple[FileRecord, ...] = ()
+    #: Decisions on tool calls waiting for one (``approvals=``).
+    decisions: tuple[Decision, ...] = ()
+    #: The reviewer deciding a waiting call (``FlowEngine.decide``): such a request sees the session whoever owns
+    #: it, never creates one, and runs no model.
+    reviewer: str | None = None
 
 
 def turn_request(
     flow_name: str, user_message: Any, session_id: Any, config: Any, key: Any, caller: Any, request_id: str,
-    files: Iterable[FileRef] = (), *, reserved_config: frozenset[str] = frozenset(),
+    files: Iterable[FileRef] = (), *, reserved_config: frozenset[str] = frozenset(), approvals: Any = None,
+    reviewer: str | None = None,
 ) -> TurnRequest:
     """The checked request of one turn; ``BadRequestError`` for what no turn can run with.
 
@@ -135,7 +143,11 @@ def turn_request(
         raise BadRequestError("files must be file references.")
     # Whitespace alone is no message: chat services refuse a user turn without text.
     message = user_message if user_message and user_message.strip() else ""
-    turn = TurnRequest(flow_name, message, session_id or None, config, request_id, caller or None, files=attached)
+    decisions = decisions_from(approvals)
+    if reviewer is not None and (not isinstance(reviewer, str) or not reviewer or not session_id):
+        raise BadRequestError("A reviewer's decision needs the reviewer and the session.")
+    turn = TurnRequest(flow_name, message, session_id or None, config, request_id, caller or None, files=attached,
+                       decisions=decisions, reviewer=reviewer)
     if key is None:
         return turn
     if not isinstance(key, str) or not key:
@@ -144,7 +156,8 @@ def turn_request(
         turn,
         key=key_digest(key, caller or ""),
         # Files count by content, so a retried turn whose inline files were stored again still matches.
-        request=request_digest(flow_name, user_message, config, [ref.digest for ref in attached]),
+        request=request_digest(flow_name, user_message, config, [ref.digest for ref in attached],
+                               [[d.id, d.approved, d.reason] for d in decisions] + ([reviewer] if reviewer else [])),
         first_id=first_turn_session_id(key, caller or ""),
         weak_key=not caller and len(key) < MIN_ANONYMOUS_KEY_CHARS,
     )
@@ -189,7 +202,9 @@ async def open_session(store: SessionStore, flow: Flow, turn: TurnRequest) -> tu
     for session_id in (turn.session_id, turn.first_id):
         if not session_id:
             continue
-        stored = visible(await before_deadline(store.load(session_id)), turn.caller)
+        loaded = await before_deadline(store.load(session_id))
+        # A reviewer decides calls in sessions of others; everyone else sees only their own (or anonymous) ones.
+        stored = loaded if turn.reviewer is not None else visible(loaded, turn.caller)
         if stored is None:
             continue
         answer = replay(stored, turn)
@@ -202,6 +217,9 @@ async def open_session(store: SessionStore, flow: Flow, turn: TurnRequest) -> tu
         if session_id == turn.first_id:
             # The key's own session ended: it cannot start another one.
             raise SessionConflictError(session_id)
+    if turn.reviewer is not None or turn.decisions:
+        # Decisions are taken only on a stored session's waiting calls: a new session has none.
+        raise ApprovalNotPendingError("The call is not waiting for a decision.")
     if turn.weak_key:
         raise IdempotencyKeyTooWeakError("An anonymous first turn's key is too short.")
     doc = new_document(new_flow_doc(flow), turn.first_id, turn.caller)

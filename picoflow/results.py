@@ -36,6 +36,9 @@ class RunResponse(BaseModel):
     replayed: bool = False
     #: Seconds a client should wait before retrying a retryable failure.
     retry_after: int | None = None
+    #: Tool calls waiting for a person's decision after this turn: ``id``, ``tool``, ``arguments``, ``step``,
+    #: ``approver`` ("user" or "reviewer") and ``expires_at`` (ISO-8601 UTC).
+    pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
     #: Tokens this turn used (model calls, retries and summaries), for metrics; not part of the envelope.
     tokens: TokenUsage | None = None
     #: What went wrong, for in-process callers and tests; never sent to a client nor kept in a receipt.
@@ -51,6 +54,8 @@ class RunResponse(BaseModel):
         }
         if self.success:
             body["contentType"] = self.content_type
+            if self.pending_approvals:
+                body["pendingApprovals"] = [wire_approval(item) for item in self.pending_approvals]
         else:
             body["code"] = self.error_code
             body["requestId"] = self.request_id
@@ -94,6 +99,14 @@ class RunResponse(BaseModel):
             retry_after=RETRY_AFTER_SECONDS.get(exc.code) if exc.status_code >= 409 else None,
             detail=exc.message,
         )
+
+
+def wire_approval(item: dict[str, Any]) -> dict[str, Any]:
+    """A pending approval as the HTTP envelope carries it (``expiresAt``)."""
+    return {
+        "id": item.get("id"), "tool": item.get("tool"), "arguments": item.get("arguments"), "step": item.get("step"),
+        "approver": item.get("approver"), "expiresAt": item.get("expires_at"),
+    }
 
 
 def client_message(exc: PicoFlowError, *, saved: bool = False) -> str:

@@ -21,6 +21,18 @@ from picoflow.validation import validation_problems
 _TOOL_ATTR = "__picoflow_tool__"
 _GROUP_ATTR = "__picoflow_tools__"
 _EFFECT_ATTR = "__picoflow_effect__"
+_APPROVAL_ATTR = "__picoflow_approval__"
+
+#: How long a call waits for a decision by default, in seconds: the session's user decides within minutes, a
+#: reviewer within a day.
+USER_APPROVAL_TTL = 600
+REVIEWER_APPROVAL_TTL = 86_400
+
+#: Who decides a call: the session's user or a reviewer (a second person).
+Approver = typing.Literal["user", "reviewer"]
+#: What ``approval=`` takes: True (the user decides), "reviewer", or a function of the validated arguments (the
+#: user decides when it answers True; it may also name who decides: "user" or "reviewer"; False: nobody).
+ApprovalSetting = bool | str | Callable[[Any], bool | str] | None
 
 _Handler = TypeVar("_Handler", bound=Callable[..., Any])
 
@@ -31,23 +43,89 @@ _effect_keys: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.Con
 
 
 @dataclass(frozen=True)
+class ApprovalRule:
+    """Who must decide a call of an approval tool before its handler runs, when, and for how long it waits."""
+
+    approver: Approver
+    #: Seconds a call waits for its decision before it counts as declined (None: the approver's default).
+    ttl: int | None
+    #: Decides, from the validated arguments, whether this call needs a decision at all (True or False), or who
+    #: makes it ("user" or "reviewer"); None: every call waits for ``approver``.
+    when: Callable[[Any], bool | str] | None = None
+
+    def approver_for(self, arguments: Any) -> Approver | None:
+        """Who decides a call with these validated arguments (the schema's model, or a dict); None: nobody, it
+        runs at once."""
+        verdict = True if self.when is None else self.when(arguments)
+        if verdict is True:
+            return self.approver
+        if verdict in ("user", "reviewer"):
+            return "user" if verdict == "user" else "reviewer"
+        if verdict is False or verdict is None:
+            return None
+        raise PicoFlowError("An approval function returns True, False, 'user' or 'reviewer'.")
+
+    def ttl_for(self, approver: Approver) -> int:
+        """Seconds a call decided by ``approver`` waits: ``approval_ttl=``, else that approver's default."""
+        if self.ttl is not None:
+            return self.ttl
+        return USER_APPROVAL_TTL if approver == "user" else REVIEWER_APPROVAL_TTL
+
+
+def approval_rule(approval: ApprovalSetting, ttl: float | None, where: str) -> ApprovalRule | None:
+    """The rule ``approval=`` and ``approval_ttl=`` declare, or None for a tool that runs without a decision."""
+    if approval is None or approval is False:
+        if ttl is not None:
+            raise PicoFlowError(f"{where}: approval_ttl= needs approval=.")
+        return None
+    when: Callable[[Any], bool | str] | None = None
+    approver: Approver
+    if approval is True or approval == "user":
+        approver = "user"
+    elif approval == "reviewer":
+        approver = "reviewer"
+    elif callable(approval) and not isinstance(approval, (str, bool)):
+        approver, when = "user", approval
+    else:
+        raise PicoFlowError(f"{where}: approval= takes True, 'reviewer' or a function of the arguments.")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
+        raise PicoFlowError(f"{where}: approval_ttl= must be a positive number of seconds.")
+    return ApprovalRule(approver=approver, ttl=int(ttl) if ttl is not None else None, when=when)
+
+
+@dataclass(frozen=True)
 class ToolSpec:
     """A tool the model may call: its name, a description, and a pydantic model for its arguments.
 
     ``effect=True`` marks a tool whose handler changes something outside the session (a payment, a booking, a
     ticket, an email): its outcome is journaled and replayed, not run again, by a retry of the same turn.
+
+    ``approval=`` makes a person decide each call before its handler runs (which makes the tool an effect):
+    ``True`` (the session's user), ``"reviewer"`` (a second person), or a function of the validated arguments
+    returning whether this call needs the user's decision (or naming who decides it: ``"user"`` or
+    ``"reviewer"``). ``approval_ttl=`` is how many seconds a call waits
+    (600 for the user, 86,400 for a reviewer by default); an undecided call then counts as declined.
     """
 
     name: str
     description: str
     schema: type[BaseModel]
     effect: bool = False
+    approval: ApprovalSetting = None
+    approval_ttl: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
             raise PicoFlowError("A tool needs a non-empty name.")
         if not (isinstance(self.schema, type) and issubclass(self.schema, BaseModel)):
             raise PicoFlowError(f"Tool '{self.name}' needs a pydantic model class as its schema.")
+        if approval_rule(self.approval, self.approval_ttl, f"Tool '{self.name}'") is not None:
+            object.__setattr__(self, "effect", True)
+
+    @property
+    def approval_rule(self) -> ApprovalRule | None:
+        """Who decides this tool's calls, or None when they run without a decision."""
+        return approval_rule(self.approval, self.approval_ttl, f"Tool '{self.name}'")
 
     def as_model_tool(self) -> dict[str, Any]:
         """The OpenAI-style function description handed to ``bind_tools``: LangChain's conversion of the schema,
@@ -99,28 +177,41 @@ def _parameters_schema(schema: type[BaseModel]) -> dict[str, Any]:
 
 
 @overload
-def tool(arg: _Handler, *, effect: bool = False) -> _Handler: ...
+def tool(
+    arg: _Handler, *, effect: bool = False, approval: ApprovalSetting = None, approval_ttl: float | None = None
+) -> _Handler: ...
 
 
 @overload
-def tool(arg: str | None = None, *, effect: bool = False) -> Callable[[_Handler], _Handler]: ...
+def tool(
+    arg: str | None = None, *, effect: bool = False, approval: ApprovalSetting = None,
+    approval_ttl: float | None = None,
+) -> Callable[[_Handler], _Handler]: ...
 
 
 def tool(
-    arg: Callable[..., Any] | str | None = None, *, effect: bool = False
+    arg: Callable[..., Any] | str | None = None, *, effect: bool = False, approval: ApprovalSetting = None,
+    approval_ttl: float | None = None,
 ) -> Callable[..., Any] | Callable[[_Handler], _Handler]:
     """Expose and handle a tool: bare ``@tool`` uses the method name, ``@tool("name")`` an explicit one.
 
     ``@tool(effect=True)`` (or ``@tool("name", effect=True)``) marks a handler that changes the world outside the
     session: it runs once per turn, however often the turn is retried (see ``ToolSpec``).
+
+    ``@tool(effect=True, approval=True)`` makes the session's user decide each call before the handler runs;
+    ``approval="reviewer"`` a reviewer; a function of the validated arguments decides which calls need the
+    user's decision. ``approval_ttl=`` sets how long a call waits (see ``ToolSpec``).
     """
+    rule = approval_rule(approval, approval_ttl, "@tool")
 
     def mark(func: _Handler, name: str) -> _Handler:
         if not callable(func) or isinstance(func, (staticmethod, classmethod)):
             raise PicoFlowError("@tool can only decorate Step instance methods.")
         setattr(func, _TOOL_ATTR, name)
-        if effect:
+        if effect or rule is not None:
             setattr(func, _EFFECT_ATTR, True)
+        if rule is not None:
+            setattr(func, _APPROVAL_ATTR, rule)
         return func
 
     if callable(arg):
@@ -130,11 +221,15 @@ def tool(
     return lambda func: mark(func, arg.strip() if arg else func.__name__)
 
 
-def tools(names: Iterable[str], *, effect: bool = False) -> Callable[[_Handler], _Handler]:
+def tools(
+    names: Iterable[str], *, effect: bool = False, approval: ApprovalSetting = None, approval_ttl: float | None = None
+) -> Callable[[_Handler], _Handler]:
     """Handle one exact set of tool names returned together; the handler receives the list of calls.
 
-    ``effect=True`` journals the group handler's outcome like an effect ``@tool``'s.
+    ``effect=True`` journals the group handler's outcome like an effect ``@tool``'s. ``approval=`` makes a person
+    decide the whole batch before the handler runs (a predicate receives the list of validated calls).
     """
+    rule = approval_rule(approval, approval_ttl, "@tools")
     if isinstance(names, str) or not names:
         raise PicoFlowError("@tools requires at least one tool name.")
     names = list(names)
@@ -150,8 +245,10 @@ def tools(names: Iterable[str], *, effect: bool = False) -> Callable[[_Handler],
         if not callable(func) or isinstance(func, (staticmethod, classmethod)):
             raise PicoFlowError("@tools can only decorate Step instance methods.")
         setattr(func, _GROUP_ATTR, frozenset(names))
-        if effect:
+        if effect or rule is not None:
             setattr(func, _EFFECT_ATTR, True)
+        if rule is not None:
+            setattr(func, _APPROVAL_ATTR, rule)
         return func
 
     return mark
@@ -163,6 +260,20 @@ def is_effect(flow: Any, names: Iterable[str], handler: Any) -> bool:
     if getattr(getattr(handler, "__func__", handler), _EFFECT_ATTR, False):
         return True
     return any(getattr(flow.run_context.tools.get(name), "effect", False) for name in names)
+
+
+def approval_of(flow: Any, names: Iterable[str], handler: Any) -> ApprovalRule | None:
+    """Who must decide a call of ``handler`` (handling the tools ``names``) before it runs, if anyone: its own
+    ``approval=``, else the first of its tools' ``ToolSpec`` that declares one."""
+    rule: ApprovalRule | None = getattr(getattr(handler, "__func__", handler), _APPROVAL_ATTR, None)
+    if rule is not None:
+        return rule
+    for name in names:
+        spec = flow.run_context.tools.get(name)
+        found = spec.approval_rule if isinstance(spec, ToolSpec) else None
+        if found is not None:
+            return found
+    return None
 
 
 @contextlib.contextmanager

@@ -147,10 +147,10 @@ def test_a_run_on_an_ended_thread_is_refused_in_its_own_words():
 def test_pending_approvals_end_the_run_with_an_interrupt_the_next_run_resumes():
     run = agui.read_input(run_input(thread(), "Pay it"))
     translator = agui.AguiTranslator(run)
-    response = RunResponse(success=True, completed=False, message="Waiting for your approval.", session="s")
     pending = [{"id": "ap-1", "tool": "pay_invoice", "arguments": {"amount": 12}, "step": "PayStep",
                 "approver": "user", "expires_at": "2026-12-06T21:00:00Z"}]
-    object.__setattr__(response, "pending_approvals", pending)
+    response = RunResponse(success=True, completed=False, message="Waiting for your approval.", session="s",
+                           pending_approvals=pending)
     finished = translator.translate(TurnEvent.ending(response))[-1]
     assert finished.outcome is not None and finished.outcome.type == "interrupt"
     interrupt = finished.outcome.interrupts[0]

@@ -429,3 +429,34 @@ async def test_parallel_workers_effects_replay_their_direct_results() -> None:
     assert failed.error_code == "MODEL_UNAVAILABLE"
     assert retried.success and retried.message == "both reserved"
     assert [entry[1]["sku"] for entry in APPLIED if entry[0] == "reserve"] == ["A", "B"]
+
+
+async def test_a_replay_after_a_new_effect_keeps_what_the_new_effect_did(store: SessionStore) -> None:
+    """A retried turn runs a refund the first attempt never reached, then replays the one it did run: both
+    refunds stay recorded (the replay applies only what its own effect changed)."""
+    session = await opened(store)
+    engine, _ = engine_with(store, [refund_call("first_a", "A1"), OUTAGE])
+    failed = await engine.run("SupportFlow", "refund A1 and B2", session)
+    assert failed.error_code == "MODEL_UNAVAILABLE"
+    # The retry's model calls B2 first (a new effect: it runs), then A1 (journaled: replayed).
+    engine, _ = engine_with(store, [
+        refund_call("retry_b", "B2"), refund_call("retry_a", "A1"), {"content": "Both refunded."}
+    ])
+    retried = await engine.run("SupportFlow", "refund A1 and B2", session)
+    assert retried.success, retried.detail
+    assert [entry[1]["order"] for entry in refunds()] == ["A1", "B2"]
+    doc = await store.load(session)
+    assert doc is not None
+    assert sorted(doc.flow.steps[0].state["refunds"]) == ["A1", "B2"]
+
+
+def test_changes_are_applied_by_path_and_leave_other_keys_alone() -> None:
+    from picoflow.turn.effects import apply_changes, changes
+
+    before = {"refunds": ["A1"], "profile": {"name": "Ada", "tier": "gold"}, "gone": 1}
+    after = {"refunds": ["A1", "B2"], "profile": {"name": "Ada", "tier": "platinum"}, "new": {"x": [1]}}
+    ops = changes(before, after)
+    live = {"refunds": ["A1", "C3"], "profile": {"name": "Ada", "tier": "gold", "city": "Oslo"}, "gone": 1, "own": 2}
+    apply_changes(live, ops)
+    assert live == {"refunds": ["A1", "C3", "B2"], "profile": {"name": "Ada", "tier": "platinum", "city": "Oslo"},
+                    "new": {"x": [1]}, "own": 2}

@@ -103,3 +103,10 @@ async def test_an_expired_entry_not_yet_removed_is_ignored_and_replaced(table: D
     assert await store.load_effect("s", "old") is None
     assert await store.record_effect("s", "old", {"kind": "new"}) is True
     assert await store.load_effect("s", "old") == {"kind": "new"}
+
+
+async def test_a_replay_after_a_new_effect_keeps_both_refunds(table: DynamoTable) -> None:
+    # The journal fix on the backend where two refunds were once paid and one recorded.
+    from tests.test_effects import test_a_replay_after_a_new_effect_keeps_what_the_new_effect_did as scenario
+
+    await scenario(table.store())

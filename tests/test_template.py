@@ -75,6 +75,7 @@ def test_routes(function):
     routes = {(e["Properties"]["Method"], e["Properties"]["Path"]) for e in function["Events"].values()}
     assert routes == {
         ("POST", "/ai/run"), ("POST", "/ai/files"), ("POST", "/ai/end"), ("GET", "/ai/flows"), ("GET", "/health"),
+        ("POST", "/ai/approvals"), ("GET", "/ai/approvals"),
         ("POST", "/ag-ui/{flowName}"), ("POST", "/mcp"), ("POST", "/a2a/{flowName}"),
         ("GET", "/a2a/{flowName}/.well-known/agent-card.json"),
     }

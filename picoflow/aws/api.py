@@ -1,8 +1,8 @@
 """The PicoFlow HTTP API (API Gateway HTTP API, payload format 2.0) on Powertools' resolver.
 
-Routes: ``POST /ai/run``, ``POST /ai/files``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``, and the open
-protocols: ``POST /ag-ui/{flowName}`` (AG-UI), ``POST /mcp`` (MCP), ``GET /a2a/{flowName}/.well-known/agent-card.json``
-and ``POST /a2a/{flowName}`` (A2A). Powertools
+Routes: ``POST /ai/run``, ``POST /ai/files``, ``POST /ai/end``, ``POST`` and ``GET /ai/approvals`` (reviewers),
+``GET /ai/flows``, ``GET /health``, and the open protocols: ``POST /ag-ui/{flowName}`` (AG-UI), ``POST /mcp``
+(MCP), ``GET /a2a/{flowName}/.well-known/agent-card.json`` and ``POST /a2a/{flowName}`` (A2A). Powertools
 validates each request against ``picoflow.aws.requests`` before a route runs, and publishes the OpenAPI
 document from the same models and signatures; ``PICOFLOW_SWAGGER=true`` also serves it with a Swagger UI on
 ``GET /swagger``. Every refusal and failure is this API's JSON envelope (``picoflow.aws.responses``). A
@@ -37,12 +37,13 @@ from picoflow.aws.cors import cors_config
 from picoflow.aws.deadline import turn_deadline, wait_limit
 from picoflow.aws.idempotency import IdempotencyKeyHeader
 from picoflow.aws.observability import cold_start_metric_wanted, correlate, logger, metrics, record_turn, tracer
-from picoflow.aws.principal import principal
+from picoflow.aws.principal import is_reviewer, principal
 from picoflow.aws.refusals import NOT_JSON, UNDECODABLE_BODY, Refusal, refusal
 from picoflow.aws.requests import (
     EndedSessionHeader,
     EndedSessionHeaderHyphenated,
     FileUploadRequest,
+    ReviewRequest,
     RunRequest,
     SessionHeader,
     SessionHeaderHyphenated,
@@ -50,6 +51,7 @@ from picoflow.aws.requests import (
 )
 from picoflow.aws.responses import (
     EndEnvelope,
+    ReviewList,
     TurnEnvelope,
     echoable,
     envelope,
@@ -60,10 +62,11 @@ from picoflow.aws.responses import (
 )
 from picoflow.aws.runtime import get_runtime, read_session
 from picoflow.aws.streams import stream_http_turn as stream_turn
-from picoflow.errors import RETRY_AFTER_SECONDS, FileRefusedError, FileStoreError, public_message
+from picoflow.errors import RETRY_AFTER_SECONDS, FileRefusedError, FileStoreError, PicoFlowError, public_message
 from picoflow.files.intake import TakenFiles, open_upload, take_files
 from picoflow.files.store import UploadTicket
 from picoflow.protocols.agui import EVENT_STREAM
+from picoflow.results import wire_approval
 from picoflow.wire import JSON, RETRY_AFTER_HEADER, requested_session
 
 __all__ = ["app", "lambda_handler", "openapi_schema", "read_session", "stream_protocol", "stream_turn"]
@@ -93,7 +96,8 @@ def _documented(model: type[BaseModel], described: dict[int, str]) -> dict[int, 
         200: "The turn's envelope; a step with another content type returns its raw message instead.",
         400: "Malformed body or header, an unknown flow, or too many files.",
         404: "A file id is unknown, expired or not the caller's.",
-        409: "Session conflict or flow mismatch.",
+        403: "A decision on a call that a reviewer must decide (NOT_APPROVER).",
+        409: "Session conflict, flow mismatch, or a decision on a call that is not waiting (APPROVAL_NOT_PENDING).",
         413: "The message, a file, the turn's files or the session document is too large.",
         415: "A file's type is not accepted, its content does not match it, or the step's model cannot read it.",
         422: "The Idempotency-Key was already used with a different body, or is too old to replay.",
@@ -120,6 +124,7 @@ def run_turn(
         flow_name=request.flow_name, user_message=request.message, session_id=session_id, config=request.config,
         deadline=turn_deadline(app.lambda_context), idempotency_key=idempotency_key, caller=_caller(),
         request_id=request_id, files=files.refs, file_data=files.data, inline_files=files.inline,
+        approvals=request.decisions(),
     )
     try:
         result: RunResponse = runtime.call(turn, timeout=wait_limit(app.lambda_context))
@@ -228,6 +233,64 @@ def end_session(
     code = "SESSION_NOT_FOUND" if status == 404 else "SESSION_DELETE_FAILED"
     body = failure_body(code, session_id, _request_id(), outcome.get("message") or public_message(code))
     return envelope(status, body, session_id)
+
+
+@app.post(
+    "/ai/approvals",
+    summary="Decide a tool call waiting for a reviewer",
+    responses=_documented(TurnEnvelope, {
+        200: "Decided: an approved call ran (once); the user's next turn gets the model's follow-up.",
+        400: "Malformed body.",
+        403: "The caller is not in the reviewer group, or the call is in their own session (NOT_APPROVER).",
+        409: "The call is not waiting (APPROVAL_NOT_PENDING), or a race with another request; retry.",
+        503: "The session store is unavailable; retry.",
+    }),
+)
+def decide_review(request: ReviewRequest, idempotency_key: IdempotencyKeyHeader = None) -> Response[str]:
+    correlate(request.session)
+    claims = app.current_event.request_context.authorizer.jwt_claim
+    reviewer, request_id = principal(claims), _request_id()
+    if reviewer is None or not is_reviewer(claims):
+        return failure(403, "NOT_APPROVER", request.session, request_id)
+    runtime, limit = get_runtime(), wait_limit(app.lambda_context)
+    try:
+        # The route names the session only: its stored flow says which flow decides.
+        stored = runtime.call(runtime.engine.session_store.load(request.session), timeout=limit)
+        if stored is None:
+            return failure(409, "APPROVAL_NOT_PENDING", request.session, request_id)
+        deciding = runtime.engine.decide(
+            stored.flow.name, request.session, request.id, request.approved, reason=request.reason, reviewer=reviewer,
+            deadline=turn_deadline(app.lambda_context), idempotency_key=idempotency_key, request_id=request_id,
+        )
+        result: RunResponse = runtime.call(deciding, timeout=limit)
+    except TimeoutError:
+        result = outcome_unknown(request_id, request.session)
+    except PicoFlowError as exc:  # the store failed to read the session: its code's fixed sentence
+        result = RunResponse.failure(exc, request.session, request_id)
+    return turn_response(result)
+
+
+@app.get(
+    "/ai/approvals",
+    summary="List the tool calls waiting for a reviewer",
+    responses=_documented(ReviewList, {
+        200: "The calls waiting for a reviewer, oldest first.",
+        403: "The caller is not in the reviewer group.",
+        503: "The session store is unavailable; retry.",
+    }),
+)
+def list_reviews() -> Response[str]:
+    claims = app.current_event.request_context.authorizer.jwt_claim
+    if not is_reviewer(claims):
+        return failure(403, "NOT_APPROVER", "", _request_id())
+    runtime = get_runtime()
+    try:
+        entries = runtime.call(runtime.engine.session_store.list_reviews(), timeout=wait_limit(app.lambda_context))
+    except TimeoutError:
+        return failure(503, "SESSION_STORE_ERROR", "", _request_id())
+    body = {"approvals": [{**wire_approval(entry), "session": entry["session"], "flowName": entry["flowName"],
+                           "createdAt": entry["createdAt"]} for entry in entries]}
+    return Response(status_code=200, content_type=JSON, body=json.dumps(body))
 
 
 @app.get("/ai/flows", summary="List the registered flows")

@@ -17,6 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from picoflow.files.intake import InlineFile
 from picoflow.lifecycle import SESSION_ID_PATTERN
+from picoflow.session.approvals import MAX_REASON_CHARS
 from picoflow.wire import SESSION_HEADER, SESSION_HEADER_SPELLINGS
 
 DEFAULT_MAX_MESSAGE_CHARS = 100_000
@@ -27,6 +28,8 @@ CONFIG_TOO_DEEP = "config_too_deep"
 NOT_UNICODE = "not_unicode"
 # A hard bound on the list itself; the per-turn limit (PICOFLOW_MAX_FILES_PER_TURN) is checked after.
 MAX_LISTED_FILES = 32
+# More decisions than calls a turn could leave waiting are refused outright.
+MAX_DECISIONS = 64
 
 
 def _blank_to_none(value: Any) -> Any:
@@ -64,8 +67,22 @@ def _shallow_enough(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN.pattern)]
+
 # A header is absent or a string, never null: its None stays out of the published schema.
 NoHeader = SkipJsonSchema[None]
+
+
+class ApprovalDecision(BaseModel):
+    """A decision on a tool call waiting for one: the ``id`` a response's ``pendingApprovals`` gave."""
+
+    id: str = Field(min_length=1, max_length=64, description="The waiting call's id.")
+    approved: bool = Field(description="true runs the call (once), false declines it.")
+    reason: str | None = Field(default=None, max_length=MAX_REASON_CHARS, description="Told to the model.")
+
+    def as_decision(self) -> dict[str, Any]:
+        """The decision as ``FlowEngine.run(approvals=...)`` takes it."""
+        return self.model_dump(exclude_none=True)
 
 
 class RunRequest(BaseModel):
@@ -85,6 +102,14 @@ class RunRequest(BaseModel):
         description="Files for this turn's message: ids from POST /ai/files, or small inline files "
         "{name, contentType, data (base64)}.",
     )
+    approvals: list[ApprovalDecision] | None = Field(
+        default=None, max_length=MAX_DECISIONS,
+        description="The user's decisions on tool calls waiting for them (the message is then optional).",
+    )
+
+    def decisions(self) -> list[dict[str, Any]] | None:
+        """The decisions as ``FlowEngine.run(approvals=...)`` takes them; None when the request has none."""
+        return None if self.approvals is None else [item.as_decision() for item in self.approvals]
 
     def file_ids(self) -> list[str]:
         """The uploaded files' ids, in order."""
@@ -104,6 +129,15 @@ class RunRequest(BaseModel):
         return self
 
 
+class ReviewRequest(BaseModel):
+    """The body of ``POST /ai/approvals``: a reviewer's decision on a call waiting in a session."""
+
+    session: SessionId = Field(description="The session the call waits in.")
+    id: str = Field(min_length=1, max_length=64, description="The waiting call's id.")
+    approved: bool = Field(description="true runs the call (once), false declines it.")
+    reason: str | None = Field(default=None, max_length=MAX_REASON_CHARS, description="Told to the model.")
+
+
 class FileUploadRequest(BaseModel):
     """The body of ``POST /ai/files``: the file a client is about to upload."""
 
@@ -113,8 +147,6 @@ class FileUploadRequest(BaseModel):
     content_type: str = Field(alias="contentType", min_length=1, max_length=255, description="e.g. image/png.")
     size: int = Field(ge=1, description="The exact size in bytes.")
 
-
-SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN.pattern)]
 
 #: The session a turn continues: omitted (or blank) starts a new one; a malformed id is refused.
 SessionHeader = Annotated[

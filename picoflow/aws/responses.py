@@ -20,6 +20,17 @@ from picoflow.wire import JSON, PLAIN_TEXT, SESSION_HEADER
 
 
 # The sentences of the codes only this adapter answers; the engine's codes have theirs in picoflow.errors.
+class PendingApproval(BaseModel):
+    """A tool call waiting for a person's decision, as a turn's envelope lists it."""
+
+    id: str
+    tool: str
+    arguments: Any
+    step: str
+    approver: str = Field(description="user (the session's user decides) or reviewer.")
+    expires_at: str = Field(alias="expiresAt", description="ISO-8601 UTC; undecided by then, the call is declined.")
+
+
 class TurnEnvelope(BaseModel):
     """The answer of ``POST /ai/run`` (and of every failure)."""
 
@@ -30,6 +41,23 @@ class TurnEnvelope(BaseModel):
     content_type: str | None = Field(default=None, alias="contentType", description="Present on success.")
     code: str | None = Field(default=None, description="Present on failure, e.g. SESSION_CONFLICT.")
     request_id: str | None = Field(default=None, alias="requestId", description="Present on failure.")
+    pending_approvals: list[PendingApproval] | None = Field(
+        default=None, alias="pendingApprovals", description="Present on success while tool calls wait for a decision."
+    )
+
+
+class WaitingReview(PendingApproval):
+    """A tool call waiting for a reviewer, with the session and flow it waits in."""
+
+    session: str
+    flow_name: str = Field(alias="flowName")
+    created_at: str = Field(alias="createdAt")
+
+
+class ReviewList(BaseModel):
+    """The answer of ``GET /ai/approvals``."""
+
+    approvals: list[WaitingReview]
 
 
 class EndEnvelope(BaseModel):

@@ -135,7 +135,7 @@ def relay_turn(
             async for event in runtime.engine.stream(
                 request.flow_name, request.message, turn.session_id, request.config, deadline=turn_deadline(context),
                 idempotency_key=turn.idempotency_key, caller=caller, request_id=request_id, files=files.refs,
-                file_data=files.data, inline_files=files.inline,
+                file_data=files.data, inline_files=files.inline, approvals=request.decisions(),
             ):
                 events.put(event)
         except Exception as exc:  # noqa: BLE001 - the client still gets its final event

@@ -66,18 +66,29 @@ class ChatClient:
         self.flow = flow
         self.config = config
         self.session: str | None = None
+        #: The tool calls the last reply left waiting for the user's decision (``pendingApprovals``).
+        self.waiting: list[dict[str, Any]] = []
 
-    def send(self, message: str, files: Sequence[str] = (), on_event: OnEvent | None = None) -> Reply:
-        """Run one turn (with the uploaded ``files``, by id); a completed session is forgotten so the next line
-        starts a new one. With ``on_event`` the turn is asked for as a stream and each event is passed to it
-        as it arrives (a refused request is still answered by one JSON reply)."""
-        payload: dict[str, Any] = {"flowName": self.flow, "message": message}
+    def send(self, message: str, files: Sequence[str] = (), on_event: OnEvent | None = None,
+             approvals: Sequence[dict[str, Any]] | None = None) -> Reply:
+        """Run one turn (with the uploaded ``files``, by id, and the user's ``approvals`` decisions); a completed
+        session is forgotten so the next line starts a new one. With ``on_event`` the turn is asked for as a
+        stream and each event is passed to it as it arrives (a refused request is still answered by one JSON
+        reply). An empty message with decisions sends the decisions alone."""
+        payload: dict[str, Any] = {"flowName": self.flow}
+        if message or not approvals:
+            payload["message"] = message
+        if approvals:
+            payload["approvals"] = list(approvals)
         if files:
             payload["files"] = list(files)
         if self.session is None and self.config is not None:
             payload["config"] = self.config
         reply = self._post("/ai/run", payload, on_event)
         envelope = reply.envelope
+        if envelope is not None and envelope.get("success"):
+            pending = envelope.get("pendingApprovals") or []
+            self.waiting = [item for item in pending if isinstance(item, dict) and item.get("approver") == "user"]
         if envelope is not None and envelope.get("success") and envelope.get("completed"):
             self.session = None
         elif reply.session:
@@ -188,7 +199,8 @@ def chat(
     def say(text: str) -> None:
         print(text, file=stdout, flush=True)
 
-    say(f"Chatting with {flow} at {client.base_url}. /end deletes the session; Ctrl+D quits.")
+    say(f"Chatting with {flow} at {client.base_url}. /end deletes the session; /approve or /deny [reason] decide "
+        "waiting tool calls; Ctrl+D quits.")
     while True:
         if interactive:
             stdout.write("you> ")
@@ -214,7 +226,11 @@ def chat(
                 continue
             before = client.session
             printer = _ReplyPrinter(stdout, flow)
-            reply = client.send(text, on_event=printer)
+            decided = _decisions(text, client.waiting)
+            if decided is None and text.startswith(("/approve", "/deny")):
+                say("[nothing is waiting for your decision]")
+                continue
+            reply = client.send("" if decided else text, on_event=printer, approvals=decided)
         except (urllib.error.URLError, OSError) as error:
             say(f"[cannot reach {client.base_url}: {getattr(error, 'reason', error)}]")
             return 1
@@ -275,5 +291,20 @@ def _show(
     if not printed:
         message = envelope.get("message", "")
         say(f"{flow}> {message if isinstance(message, str) else json.dumps(message)}")
+    for item in envelope.get("pendingApprovals") or []:
+        arguments = json.dumps(item.get("arguments"), ensure_ascii=False)
+        if item.get("approver") == "user":
+            say(f"[{item.get('tool')} {arguments} waits for your decision: /approve or /deny [reason]]")
+        else:
+            say(f"[{item.get('tool')} {arguments} waits for a reviewer's decision]")
     if envelope.get("completed"):
         say("[session completed; the next message starts a new one]")
+
+
+def _decisions(text: str, waiting: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """``/approve`` or ``/deny [reason]`` as decisions on every call waiting for the user; None for other text."""
+    command, _, reason = text.partition(" ")
+    if command not in ("/approve", "/deny") or not waiting:
+        return None
+    extra = {"reason": reason.strip()} if command == "/deny" and reason.strip() else {}
+    return [{"id": item["id"], "approved": command == "/approve", **extra} for item in waiting]

@@ -123,6 +123,8 @@ def _print_reply(user: str, status: int, content_type: str, text: str) -> tuple[
         if isinstance(body, dict) and "success" in body:
             label = "bot" if body["success"] else f"error {status} {body.get('code')}"
             print(f"{label} > {body['message']}")
+            for item in body.get("pendingApprovals") or []:
+                print(f"waiting > {item['tool']} {json.dumps(item['arguments'])} for the {item['approver']}'s decision")
             return body.get("session"), bool(body.get("completed"))
     print(f"bot ({content_type}) >\n{text}")
     return None, False
@@ -134,9 +136,13 @@ def _replay(client: ChatClient, turns: list[dict[str, Any]], folder: Path) -> tu
     session = None
     for turn in turns:
         file_ids = [_upload(client, folder, name) for name in turn.get("files", [])]
-        reply = client.send(turn["user"], file_ids)
+        decision = turn.get("decision")
+        decisions = [{"id": item["id"], **decision} for item in client.waiting] if decision else None
+        verdict = "approves" if decision and decision.get("approved") else "declines"
+        said = turn.get("user") or f"({verdict} the waiting calls)"
+        reply = client.send(turn.get("user") or "", file_ids, approvals=decisions)
         session = reply.session or session
-        reported, completed = _print_reply(turn["user"], reply.status, reply.content_type, reply.text)
+        reported, completed = _print_reply(said, reply.status, reply.content_type, reply.text)
         session = reported or session
         print(f"      [session {session}]")
         if reply.status >= 400:

@@ -282,20 +282,27 @@ async def run_once(job: Job, target: Target, progress: Progress | None = None) -
     tokens_so_far = 0
     results: list[TurnResult] = []
     stopped = False
+    waiting: list[str] = []
     for index, turn in enumerate(scenario.turns):
         result = TurnResult(
-            index=index + 1, label=scenario.label(index), input=turn.input, expected_response=turn.expected_response,
+            index=index + 1, label=scenario.label(index), input=turn.shown(), expected_response=turn.expected_response,
             min_score=scenario.min_score(turn),
         )
         results.append(result)
         if stopped:
             result.reason = "not run: an earlier turn of this run failed"
         else:
-            body: dict[str, Any] = {"flowName": scenario.flow_name, "message": turn.input}
+            body: dict[str, Any] = {"flowName": scenario.flow_name}
+            if turn.input is not None:
+                body["message"] = turn.input
+            if turn.decision is not None:
+                body["approvals"] = [{"id": approval, **turn.decision.model_dump(exclude_none=True)}
+                                     for approval in waiting]
             if session is None and scenario.config is not None:
                 body["config"] = scenario.config
             exchange = await target.send(body, session)
             session = exchange.session or session
+            waiting = user_approvals(exchange.envelope)
             document = await target.read_session(session) if session and _succeeded(exchange.status) else None
             tokens_so_far = await _judge_turn(result, scenario, turn, exchange, document, job.judge, tokens_so_far)
             # The turns after a failed request would talk to a session in an unknown state.
@@ -303,6 +310,12 @@ async def run_once(job: Job, target: Target, progress: Progress | None = None) -
         if progress is not None:
             progress(_progress_line(job, result, len(scenario.turns)))
     return RunResult(run=job.run, session=session, turns=results)
+
+
+def user_approvals(envelope: dict[str, Any] | None) -> list[str]:
+    """The ids of the calls a reply left waiting for the user's decision."""
+    pending = (envelope or {}).get("pendingApprovals") or []
+    return [item["id"] for item in pending if isinstance(item, dict) and item.get("approver") == "user"]
 
 
 async def _judge_turn(
@@ -329,7 +342,7 @@ async def _judge_turn(
         total = int((document.get("tokens") or {}).get("totalTokens") or 0)
         result.flow_tokens, tokens_so_far = total - tokens_so_far, total
     case = JudgeCase(
-        flow_name=scenario.flow_name, turn=result.label, user_message=turn.input, expected=turn.expected_response,
+        flow_name=scenario.flow_name, turn=result.label, user_message=turn.shown(), expected=turn.expected_response,
         reply=reply, config=scenario.config,
     )
     judgement = await judge.judge(case)

@@ -10,7 +10,9 @@ The format is the original framework's, accepted unchanged::
 ``judgeMinScore`` (0.75 when the file has none). Checks that need no model may be added to a turn: ``step`` (the
 flow's current step after the turn), ``state`` (``{"StepName.dotted.path": expected value}`` read from the
 step's stored state) and ``contentType`` (the reply's media type); the file may carry ``config``, sent with the
-first turn of every run. A file without them is judged exactly as the original judges it.
+first turn of every run. A turn may carry ``decision`` (``{"approved": true}``) instead of or beside its input: the
+user's decision on every tool call the previous reply left waiting for them. A file without these is judged exactly
+as the original judges it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 #: The minimum score of a file that sets no ``judgeMinScore``, as in the original's runner.
 DEFAULT_MIN_SCORE = 0.75
@@ -31,19 +33,43 @@ class ScenarioError(ValueError):
     """A scenario file cannot be read or does not follow the format."""
 
 
+class Decision(BaseModel):
+    """The user's decision on the tool calls the previous turn left waiting for them (an addition of ours)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    approved: bool
+    reason: str | None = None
+
+
 class ScenarioTurn(BaseModel):
-    """One user message and what the reply to it must do."""
+    """One user message (or decision) and what the reply to it must do."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
     label: str | None = None
-    input: str = Field(min_length=1)
+    input: str | None = Field(default=None, min_length=1)
+    #: Decide every call the previous reply left waiting for the user (``input`` is then optional).
+    decision: Decision | None = None
     expected_response: str = Field(alias="expectedResponse")
     completed: bool
     min_score: float | None = Field(default=None, alias="minScore", ge=0, le=1)
     step: str | None = Field(default=None, min_length=1)
     state: dict[str, Any] | None = None
     content_type: str | None = Field(default=None, alias="contentType", min_length=1)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> ScenarioTurn:
+        if self.input is None and self.decision is None:
+            raise ValueError("a turn needs an input or a decision")
+        return self
+
+    def shown(self) -> str:
+        """What the user did, for reports: the input, else the decision."""
+        if self.input is not None:
+            return self.input
+        verdict = "approves" if self.decision is not None and self.decision.approved else "declines"
+        return f"({verdict} the waiting calls)"
 
 
 class Scenario(BaseModel):

@@ -44,7 +44,7 @@ from picoflow.engine import FlowEngine
 from picoflow.errors import public_message
 from picoflow.protocols.conversations import open_conversation
 from picoflow.protocols.mcp_server import flow_description
-from picoflow.results import RunResponse
+from picoflow.results import RunResponse, wire_approval
 
 __all__ = ["A2A_PREFIX", "CARD_PATH", "ENDED", "FlowAgent", "agent_card", "http_app"]
 
@@ -120,8 +120,8 @@ class FlowAgent(AgentExecutor):
             await updater.failed(self._say(updater, response.error_code or "TURN_FAILED", str(response.message)))
             return
         text = response.message if isinstance(response.message, str) else json.dumps(response.message)
-        pending = list(getattr(response, "pending_approvals", None) or ())
-        if pending:
+        if response.pending_approvals:
+            pending = [wire_approval(item) for item in response.pending_approvals]
             parts = [Part(text=text), _data_part({"pendingApprovals": pending})]
             await updater.requires_input(updater.new_agent_message(parts))
             return

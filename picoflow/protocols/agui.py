@@ -228,7 +228,7 @@ class AguiTranslator:
             self.history.append(AssistantMessage(id=reply_id, role="assistant", content=text))
         events.append(StateSnapshotEvent(snapshot={**self.snapshot, "completed": response.completed}))
         events.append(MessagesSnapshotEvent(messages=self.history))
-        pending = list(getattr(response, "pending_approvals", None) or ())
+        pending = response.pending_approvals
         if pending:
             outcome: Any = RunFinishedInterruptOutcome(type="interrupt", interrupts=[_interrupt(p) for p in pending])
         else:

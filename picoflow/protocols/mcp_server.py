@@ -24,6 +24,7 @@ from starlette.applications import Starlette
 
 from picoflow.engine import FlowEngine
 from picoflow.errors import public_message
+from picoflow.results import wire_approval
 
 __all__ = ["FlowReply", "MCP_PATH", "build_server", "flow_description", "http_app"]
 
@@ -114,17 +115,8 @@ def _flow_tool(
         if not response.success:
             raise ToolError(f"{response.error_code}: {response.message}")
         text = response.message if isinstance(response.message, str) else json.dumps(response.message)
-        pending = list(getattr(response, "pending_approvals", None) or ())
         return FlowReply(message=text, session=response.session, completed=response.completed,
-                         pendingApprovals=[_wire(item) for item in pending])
+                         pendingApprovals=[wire_approval(item) for item in response.pending_approvals])
 
     converse.__name__ = flow_name
     return converse
-
-
-def _wire(pending: dict[str, Any]) -> dict[str, Any]:
-    """A pending approval as the HTTP API spells it (camelCase ``expiresAt``)."""
-    wired = {key: value for key, value in pending.items() if key != "expires_at"}
-    if "expires_at" in pending:
-        wired["expiresAt"] = pending["expires_at"]
-    return wired

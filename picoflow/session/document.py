@@ -260,6 +260,55 @@ def _legacy_step_model(step: dict[str, Any], flow_model: Any) -> dict[str, Any] 
     return {"provider": provider, "name": name or default.get("name") or "", "params": dict(params or {})}
 
 
+ApprovalStatus = Literal["pending", "approved", "denied", "expired"]
+
+
+class ApprovalCall(_Doc):
+    """One tool call waiting for (or given) a decision: its tool and the arguments its schema validated."""
+
+    name: str
+    args: Any = Field(default_factory=dict)
+
+
+class ApprovalDoc(_Doc):
+    """A tool call a person decides before it runs, kept in the session document under its conditional write.
+
+    ``digest`` binds the decision to the stored arguments: the call that runs is the one stored here, whatever a
+    client sends. ``settled`` is set once the outcome (the handler's result, or the fixed declined result) has
+    joined the step's memory; a decided call not yet settled is finished by the next request on the session.
+    """
+
+    id: str = Field(min_length=1)
+    step: str
+    namespace: str
+    calls: list[ApprovalCall] = Field(min_length=1)
+    #: ``@tools`` group handlers decide their whole batch at once.
+    group: bool = False
+    digest: str
+    approver: Literal["user", "reviewer"]
+    status: ApprovalStatus = "pending"
+    created_at: Timestamp = Field(alias="createdAt")
+    expires_at: Timestamp = Field(alias="expiresAt")
+    decided_at: Timestamp | None = Field(default=None, alias="decidedAt", exclude_if=_omit_none)
+    decided_by: str | None = Field(default=None, alias="decidedBy", exclude_if=_omit_none)
+    reason: str | None = Field(default=None, exclude_if=_omit_none)
+    #: Until when the request that decided (or took over) this call may be settling it; others leave it alone.
+    claimed_until: Timestamp | None = Field(default=None, alias="claimedUntil", exclude_if=_omit_none)
+    settled: bool = False
+
+    @property
+    def tool(self) -> str:
+        """The tool's name ("a+b" for a group's batch)."""
+        return "+".join(call.name for call in self.calls) if self.group else self.calls[0].name
+
+    @property
+    def arguments(self) -> Any:
+        """The validated arguments (for a group, a list of ``{"tool", "arguments"}``)."""
+        if self.group:
+            return [{"tool": call.name, "arguments": call.args} for call in self.calls]
+        return self.calls[0].args
+
+
 class SessionDoc(_Doc):
     """A whole session document: envelope, one flow, token totals and diagnostic logs."""
 
@@ -273,6 +322,8 @@ class SessionDoc(_Doc):
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     #: Usage of DecisionStep provider calls, apart from the chat ``tokens``; absent until the first decision.
     decision_usage: DecisionUsage | None = Field(default=None, alias="decisionUsage", exclude_if=_omit_none)
+    #: Tool calls a person decides (pending, and the recent decided ones); absent while there are none.
+    approvals: list[ApprovalDoc] = Field(default_factory=list, exclude_if=lambda v: not v)
     log: list[LogEntry] = Field(default_factory=list)
     error: list[LogEntry] = Field(default_factory=list)
     warn: list[LogEntry] = Field(default_factory=list)

@@ -3,6 +3,7 @@
 Item layout (partition key ``id``)::
 
     id S | revision N | flowName S | runStatus S | saveOn S | expiresAt N (only with a TTL) | doc B
+    | reviewQueue S, reviews S (only while calls wait for a reviewer: the sparse index "reviews")
 
 ``doc`` is the zlib-compressed compact JSON of the whole document. Keeping the document binary
 avoids DynamoDB's number and empty-value rules altogether and cuts the write units per turn.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
 import zlib
@@ -34,6 +36,7 @@ from picoflow.errors import (
     SessionStoreError,
     SessionTooLargeError,
 )
+from picoflow.session.approvals import review_entries, still_waiting
 from picoflow.session.document import (
     FlowDoc,
     SessionDoc,
@@ -52,6 +55,12 @@ MAX_ITEM_BYTES = 400 * 1024
 COMPRESSION_LEVEL = 6
 #: What a journal entry's ``id`` starts with; ``#`` is never part of a session id.
 EFFECT_ID_PREFIX = "effect#"
+#: The sparse global secondary index of sessions with calls waiting for a reviewer: its key attribute is present
+#: (always ``PENDING``) only on such items, beside the calls themselves in ``REVIEWS`` (JSON text).
+REVIEWS_INDEX = "reviews"
+REVIEW_QUEUE = "reviewQueue"
+REVIEWS = "reviews"
+PENDING = "pending"
 
 CONNECT_TIMEOUT_SECONDS = 2
 READ_TIMEOUT_SECONDS = 5
@@ -248,6 +257,25 @@ class DynamoDBSessionStore(SessionStore):
             return False
         return True
 
+    async def list_reviews(self, limit: int = 100) -> list[dict[str, Any]]:
+        """One query of the sparse index ``REVIEWS_INDEX``: only sessions with calls waiting for a reviewer are in it
+        (the index is eventually consistent, so a call decided a moment ago may still be listed)."""
+        entries: list[dict[str, Any]] = []
+        request: dict[str, Any] = {
+            "TableName": self.table_name, "IndexName": REVIEWS_INDEX, "KeyConditionExpression": "#q = :p",
+            "ExpressionAttributeNames": {"#q": REVIEW_QUEUE}, "ExpressionAttributeValues": {":p": {"S": PENDING}},
+        }
+        while True:
+            response = await self._call("list_reviews", "", "query", **request)
+            for item in response.get("Items", ()):
+                with contextlib.suppress(KeyError, ValueError):
+                    entries.extend(json.loads(item[REVIEWS]["S"]))
+            last = response.get("LastEvaluatedKey")
+            if not last or len(entries) >= limit * 2:
+                break
+            request["ExclusiveStartKey"] = last
+        return still_waiting(entries, limit)
+
     async def close(self) -> None:
         if not self._owns_client:
             return
@@ -277,6 +305,11 @@ class DynamoDBSessionStore(SessionStore):
         }
         if self.ttl_seconds is not None:
             item["expiresAt"] = {"N": str(int(time.time()) + self.ttl_seconds)}
+        reviews = review_entries(doc)
+        if reviews:
+            # Only items with calls waiting for a reviewer carry the key of the sparse index REVIEWS_INDEX.
+            item[REVIEW_QUEUE] = {"S": PENDING}
+            item[REVIEWS] = {"S": json.dumps(reviews, ensure_ascii=False, separators=(",", ":"))}
         return item
 
     def _checked_item(self, doc: SessionDoc) -> dict[str, dict[str, Any]]:
@@ -366,11 +399,20 @@ def item_size(item: dict[str, dict[str, Any]]) -> int:
 
 
 def create_table(client: Any, table_name: str) -> None:
-    """Create an on-demand sessions table keyed by ``id`` (S), wait for it, and turn TTL on for ``expiresAt``."""
+    """Create an on-demand sessions table keyed by ``id`` (S) with the sparse index of calls waiting for a
+    reviewer (``REVIEWS_INDEX``), wait for it, and turn TTL on for ``expiresAt``."""
     client.create_table(
         TableName=table_name,
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        AttributeDefinitions=[
+            {"AttributeName": "id", "AttributeType": "S"},
+            {"AttributeName": REVIEW_QUEUE, "AttributeType": "S"},
+        ],
         KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        GlobalSecondaryIndexes=[{
+            "IndexName": REVIEWS_INDEX,
+            "KeySchema": [{"AttributeName": REVIEW_QUEUE, "KeyType": "HASH"}],
+            "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": [REVIEWS]},
+        }],
         BillingMode="PAY_PER_REQUEST",
     )
     client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from picoflow.errors import SessionConflictError, SessionTooLargeError
+from picoflow.session.approvals import review_entries, still_waiting
 from picoflow.session.document import FlowDoc, SessionDoc, decode_document, encode_document, new_document, prepare_write
 from picoflow.session.journal import decode_outcome, encode_outcome, expiry
 from picoflow.session.store import SessionStore
@@ -25,6 +26,8 @@ class MemorySessionStore(SessionStore):
         self._rows: dict[str, tuple[int, str, bytes]] = {}
         # The effect journal: (expiry epoch second, encoded outcome) per key.
         self._effects: dict[str, tuple[int, bytes]] = {}
+        # Calls waiting for a reviewer, per session: the index ``list_reviews`` reads.
+        self._reviews: dict[str, list[dict[str, Any]]] = {}
         # A thread lock rather than an asyncio one: the critical sections never await, and callers
         # may also reach the store from worker threads.
         self._lock = threading.Lock()
@@ -49,6 +52,7 @@ class MemorySessionStore(SessionStore):
             if row is None or row[0] != expected_revision or row[1] != written.flow.name:
                 raise SessionConflictError(written.id)
             self._rows[written.id] = (written.revision, written.flow.name, encoded)
+            self._index_reviews(written)
         return written
 
     async def insert(self, doc: SessionDoc) -> SessionDoc:
@@ -60,6 +64,7 @@ class MemorySessionStore(SessionStore):
             if expected_revision is not None and (row is None or row[0] != expected_revision):
                 raise SessionConflictError(session_id)
             self._rows.pop(session_id, None)
+            self._reviews.pop(session_id, None)
 
     async def load_effect(self, session_id: str, key: str) -> dict[str, Any] | None:
         with self._lock:
@@ -81,6 +86,11 @@ class MemorySessionStore(SessionStore):
             self._effects[key] = (expiry(now), encoded)
         return True
 
+    async def list_reviews(self, limit: int = 100) -> list[dict[str, Any]]:
+        with self._lock:
+            reviews = [entry for entries in self._reviews.values() for entry in entries]
+        return still_waiting(reviews, limit)
+
     def _put_new(self, doc: SessionDoc) -> SessionDoc:
         """Keep ``doc`` as a new row; ``SessionConflictError`` when a row already has its id."""
         encoded = self._encode(doc)
@@ -88,7 +98,16 @@ class MemorySessionStore(SessionStore):
             if doc.id in self._rows:
                 raise SessionConflictError(doc.id)
             self._rows[doc.id] = (doc.revision, doc.flow.name, encoded)
+            self._index_reviews(doc)
         return doc
+
+    def _index_reviews(self, doc: SessionDoc) -> None:
+        # Written with the row, under the same lock: the index never disagrees with the documents.
+        entries = review_entries(doc)
+        if entries:
+            self._reviews[doc.id] = entries
+        else:
+            self._reviews.pop(doc.id, None)
 
     def _encode(self, doc: SessionDoc) -> bytes:
         encoded = encode_document(doc)

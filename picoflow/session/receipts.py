@@ -45,14 +45,17 @@ def key_digest(key: str, caller: str = "") -> str:
 
 
 def request_digest(
-    flow_name: str, message: str | None, config: dict[str, Any] | None, files: list[str] | None = None
+    flow_name: str, message: str | None, config: dict[str, Any] | None, files: list[str] | None = None,
+    decisions: list[Any] | None = None,
 ) -> str:
     """A digest of what a turn asked for: the same key with another body must be refused.
 
-    ``files`` (the digests of the attached files) count only when there are some, so turns without files
-    keep the digest they always had.
+    ``files`` (the digests of the attached files) and ``decisions`` (on waiting tool calls) count only when there
+    are some, so turns without them keep the digest they always had.
     """
     parts: list[Any] = [flow_name, message, config, *([files] if files else [])]
+    if decisions:
+        parts.append({"decisions": decisions})
     body = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return _digest("picoflow-request", body)
 

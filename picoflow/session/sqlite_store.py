@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from picoflow.errors import SessionConflictError, SessionStoreError, SessionTooLargeError
+from picoflow.session.approvals import review_entries, still_waiting
 from picoflow.session.document import (
     FlowDoc,
     SessionDoc,
@@ -38,6 +41,16 @@ CREATE TABLE IF NOT EXISTS session (
     doc TEXT NOT NULL
 )
 """
+# Calls waiting for a reviewer, one row each, rewritten with their session's row in the same transaction.
+_REVIEWS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pending_review (
+    approval_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    entry TEXT NOT NULL
+)
+"""
+_REVIEWS_INDEX = "CREATE INDEX IF NOT EXISTS pending_review_session ON pending_review (session_id)"
 # The effect journal (picoflow.session.journal): one row per recorded effect call, dropped once expired.
 _JOURNAL_SCHEMA = """
 CREATE TABLE IF NOT EXISTS effect_journal (
@@ -47,6 +60,28 @@ CREATE TABLE IF NOT EXISTS effect_journal (
     outcome TEXT NOT NULL
 )
 """
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One transaction around a session's row and its reviewer index rows (the connection autocommits)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _index_reviews(conn: sqlite3.Connection, doc: SessionDoc) -> None:
+    """Rewrite the reviewer index rows of ``doc`` (inside the transaction that writes its row)."""
+    conn.execute("DELETE FROM pending_review WHERE session_id = ?", (doc.id,))
+    conn.executemany(
+        "INSERT OR REPLACE INTO pending_review (approval_id, session_id, created_at, entry) VALUES (?, ?, ?, ?)",
+        [(entry["id"], doc.id, entry["createdAt"], json.dumps(entry, ensure_ascii=False))
+         for entry in review_entries(doc)],
+    )
 
 
 class SQLiteSessionStore(SessionStore):
@@ -88,11 +123,17 @@ class SQLiteSessionStore(SessionStore):
         text = self._encode(doc)
 
         def insert(conn: sqlite3.Connection) -> bool:
+            with _transaction(conn):
+                return _insert_row(conn)
+
+        def _insert_row(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
                 "INSERT OR IGNORE INTO session (id, flow_name, revision, run_status, save_on, doc) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (doc.id, doc.flow.name, doc.revision, doc.run_status, format_timestamp(doc.save_on), text),
             )
+            if cursor.rowcount == 1:
+                _index_reviews(conn, doc)
             return cursor.rowcount == 1
 
         return await self._run(operation, doc.id, insert)
@@ -108,6 +149,10 @@ class SQLiteSessionStore(SessionStore):
         text = self._encode(written)
 
         def update(conn: sqlite3.Connection) -> int:
+            with _transaction(conn):
+                return _update_row(conn)
+
+        def _update_row(conn: sqlite3.Connection) -> int:
             cursor = conn.execute(
                 "UPDATE session SET revision = ?, run_status = ?, save_on = ?, doc = ? "
                 "WHERE id = ? AND revision = ? AND flow_name = ?",
@@ -121,6 +166,8 @@ class SQLiteSessionStore(SessionStore):
                     written.flow.name,
                 ),
             )
+            if cursor.rowcount == 1:
+                _index_reviews(conn, written)
             return cursor.rowcount
 
         if await self._run("save", written.id, update) != 1:
@@ -129,10 +176,17 @@ class SQLiteSessionStore(SessionStore):
 
     async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
         def remove(conn: sqlite3.Connection) -> int:
+            with _transaction(conn):
+                return _remove_row(conn)
+
+        def _remove_row(conn: sqlite3.Connection) -> int:
             if expected_revision is None:
                 conn.execute("DELETE FROM session WHERE id = ?", (session_id,))
+                conn.execute("DELETE FROM pending_review WHERE session_id = ?", (session_id,))
                 return 1
             cursor = conn.execute("DELETE FROM session WHERE id = ? AND revision = ?", (session_id, expected_revision))
+            if cursor.rowcount == 1:
+                conn.execute("DELETE FROM pending_review WHERE session_id = ?", (session_id,))
             return cursor.rowcount
 
         if await self._run("delete", session_id, remove) != 1:
@@ -162,6 +216,16 @@ class SQLiteSessionStore(SessionStore):
             return cursor.rowcount == 1
 
         return await self._run("record_effect", session_id, insert)
+
+    async def list_reviews(self, limit: int = 100) -> list[dict[str, Any]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[str]]:
+            rows: list[tuple[str]] = conn.execute(
+                "SELECT entry FROM pending_review ORDER BY created_at LIMIT ?", (max(limit, 0) * 2 + 10,)
+            ).fetchall()
+            return rows
+
+        rows = await self._run("list_reviews", "", read)
+        return still_waiting((json.loads(row[0]) for row in rows), limit)
 
     async def close(self) -> None:
         def shut() -> None:
@@ -208,6 +272,8 @@ class SQLiteSessionStore(SessionStore):
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.execute(_SCHEMA)
                 conn.execute(_JOURNAL_SCHEMA)
+                conn.execute(_REVIEWS_SCHEMA)
+                conn.execute(_REVIEWS_INDEX)
             except BaseException:
                 conn.close()
                 raise

@@ -64,6 +64,11 @@ class SessionStore(ABC):
         ``JOURNAL_TTL_SECONDS``; False, and the first outcome kept, when ``key`` is already recorded."""
         raise PicoFlowError(f"{type(self).__name__} keeps no effect journal, so it cannot serve effect tools.")
 
+    async def list_reviews(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The tool calls waiting for a reviewer, across sessions, oldest first (``review_entries``' form), read
+        from an index the store keeps with each write, never by reading every session."""
+        raise PicoFlowError(f"{type(self).__name__} keeps no index of calls waiting for a reviewer.")
+
     async def close(self) -> None:  # noqa: B027 - most backends hold nothing to release
         """Release connections and handles."""
 

@@ -4,8 +4,10 @@
 (``TurnJournal.key``), replays the outcome recorded under it when there is one, and otherwise runs the handler and
 records its outcome in one conditional write before the turn goes on. The recorded outcome is what the handler
 did to the session, in stored form: the value it returned (a transition, a worker's direct result, or nothing)
-and the step states and flow context it changed. Replaying applies those changes and returns the same value, so
-the rest of the turn (the tool message the model reads, the route taken) is what the first attempt saw.
+and the changes it made to step states and the flow context (keys set or removed, items appended). Replaying
+applies those changes, and only those, and returns the same value, so the rest of the turn (the tool message the
+model reads, the route taken) is what the first attempt saw, and what other effects of the retried turn changed
+stays.
 """
 
 from __future__ import annotations
@@ -30,15 +32,23 @@ JOURNALED = "effect journaled"
 REPLAYED = "effect replayed"
 
 
-async def once(flow: Flow, step: Step, calls: list[dict[str, Any]], run: Callable[[], Awaitable[Any]]) -> Any:
+async def once(flow: Flow, step: Step, calls: list[dict[str, Any]], run: Callable[[], Awaitable[Any]], *,
+               key: str | None = None) -> Any:
     """The outcome of the effect handler of ``calls`` (validated, as the handler gets them): replayed from the
-    journal when this turn already ran it, else ``run()``'s, journaled before it is returned."""
+    journal when this turn already ran it, else ``run()``'s, journaled before it is returned.
+
+    ``key`` journals the calls under a key of the caller's (an approved call's, the same in every request that
+    may settle it) instead of one derived from this turn.
+    """
     journal = _journal(flow)
-    keys = {call.get("id") or "": journal.key(step.id, call["name"], call.get("args") or {}) for call in calls}
-    if len(calls) == 1:
-        key = next(iter(keys.values()))
+    if key is not None:
+        keys = {call.get("id") or "": key for call in calls}
     else:
-        key = journal.key(step.id, "@tools", [[call["name"], call.get("args") or {}] for call in calls])
+        keys = {call.get("id") or "": journal.key(step.id, call["name"], call.get("args") or {}) for call in calls}
+        if len(calls) == 1:
+            key = next(iter(keys.values()))
+        else:
+            key = journal.key(step.id, "@tools", [[call["name"], call.get("args") or {}] for call in calls])
     names = [call["name"] for call in calls]
     ids = [call.get("id") or "" for call in calls]
     recorded = await before_deadline(journal.recorded(key))
@@ -79,12 +89,20 @@ def _durable(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _outcome(flow: Flow, step: Step, before: dict[str, Any], returned: Any) -> dict[str, Any] | None:
-    """The stored form of what the handler did, or None when it returned something no handler may return."""
+    """The stored form of what the handler did, or None when it returned something no handler may return.
+
+    State and context are kept as the changes the handler made (``changes``), not as whole values: a replay
+    applies only those, so what another effect of the same turn changed meanwhile is kept.
+    """
     after = _session_state(flow, step)
-    changed = {name: state for name, state in after["states"].items() if state != before["states"].get(name)}
-    outcome: dict[str, Any] = {"states": changed}
-    if after["context"] != before["context"]:
-        outcome["context"] = after["context"]
+    states = {
+        name: ops for name, state in after["states"].items()
+        if (ops := changes(before["states"].get(name, {}), state))
+    }
+    outcome: dict[str, Any] = {"stateChanges": states}
+    context_ops = changes(before["context"], after["context"])
+    if context_ops:
+        outcome["contextChanges"] = context_ops
     if returned is None:
         outcome["kind"] = "none"
     elif isinstance(returned, DirectResult):
@@ -95,6 +113,52 @@ def _outcome(flow: Flow, step: Step, before: dict[str, Any], returned: Any) -> d
             return None
         outcome.update(kind="transition", transition=_stored_transition(transition))
     return outcome
+
+
+def changes(before: Any, after: Any, path: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    """The operations that turn ``before`` into ``after``: ``set`` and ``remove`` of object keys, ``append`` of
+    items to a list that only grew, ``set`` of anything else that changed (JSON values, by path)."""
+    if before == after:
+        return []
+    if isinstance(before, dict) and isinstance(after, dict):
+        ops: list[dict[str, Any]] = [{"op": "remove", "path": [*path, key]} for key in before if key not in after]
+        for key, value in after.items():
+            if key in before:
+                ops.extend(changes(before[key], value, (*path, key)))
+            elif isinstance(value, (dict, list)) and value:
+                # A list or object the handler started is its items or keys added: another effect of the same
+                # turn may have started the same one, and a replay must add to it rather than replace it.
+                ops.extend(changes(type(value)(), value, (*path, key)))
+            else:
+                ops.append({"op": "set", "path": [*path, key], "value": copy.deepcopy(value)})
+        return ops
+    if isinstance(before, list) and isinstance(after, list) and after[: len(before)] == before:
+        return [{"op": "append", "path": list(path), "items": copy.deepcopy(after[len(before):])}]
+    return [{"op": "set", "path": list(path), "value": copy.deepcopy(after)}]
+
+
+def apply_changes(target: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    """Apply ``changes`` to ``target`` in place; a path whose parent no longer exists is created."""
+    for op in ops:
+        *parents, last = op["path"] or [None]
+        node: Any = target
+        for key in parents:
+            child = node.get(key) if isinstance(node, dict) else None
+            if not isinstance(child, (dict, list)):
+                child = {}
+                node[key] = child
+            node = child
+        if op["op"] == "remove":
+            if isinstance(node, dict):
+                node.pop(last, None)
+        elif op["op"] == "append":
+            current = node.get(last) if last is not None and isinstance(node, dict) else None
+            if isinstance(current, list):
+                current.extend(copy.deepcopy(op["items"]))
+            elif last is not None:
+                node[last] = copy.deepcopy(op["items"])
+        elif last is not None:
+            node[last] = copy.deepcopy(op["value"])
 
 
 def _stored_transition(transition: Transition) -> dict[str, Any]:
@@ -114,20 +178,13 @@ def _stored_transition(transition: Transition) -> dict[str, Any]:
 def _replay(flow: Flow, step: Step, recorded: dict[str, Any]) -> Any:
     """Apply a journaled outcome's session changes and return the value the handler returned."""
     context = flow.run_context
-    for step_id, state in recorded.get("states", {}).items():
+    for step_id, ops in recorded.get("stateChanges", {}).items():
         owner: Any = step if step_id == step.id else context.steps.get(step_id)
         if owner is None:
             continue
-        context.view(flow).record_write(owner, list(state))
-        live = context.state_of(owner)
-        transient = live.get(TRANSIENT_KEY)
-        live.clear()
-        live.update(copy.deepcopy(state))
-        if transient is not None:
-            live[TRANSIENT_KEY] = transient
-    if "context" in recorded:
-        context.values.clear()
-        context.values.update(copy.deepcopy(recorded["context"]))
+        context.view(flow).record_write(owner, sorted({str(op["path"][0]) for op in ops if op["path"]}))
+        apply_changes(context.state_of(owner), ops)
+    apply_changes(context.values, recorded.get("contextChanges", []))
     kind = recorded.get("kind")
     if kind == "result":
         return DirectResult(copy.deepcopy(recorded.get("value")))

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from picoflow import telemetry
 from picoflow.deadline import time_left
 from picoflow.errors import (
+    ApprovalNotPendingError,
     LlmBlockedError,
     ModelNotConfiguredError,
     ModelUnavailableError,
@@ -60,11 +61,14 @@ from picoflow.recovery import (
 )
 from picoflow.results import RunResponse
 from picoflow.run_context import cancellation_signal, ensure_top_level, execution_frames
+from picoflow.session import approvals as records
+from picoflow.session.approvals import Decision
 from picoflow.state import PROMPT_KEY
 from picoflow.step import LogicStep, Step
 from picoflow.step_registry import collect_steps
 from picoflow.step_tools import (
     InvalidToolArguments,
+    approval_of,
     argument_model,
     group_handler,
     is_effect,
@@ -73,14 +77,7 @@ from picoflow.step_tools import (
     tool_handler,
 )
 from picoflow.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition, handling
-from picoflow.turn import effects, streaming
-
-MAX_HOPS_PER_TURN = 64
-# finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
-BLOCKED_FINISH_REASONS = frozenset({"content_filter", "safety", "prohibited_content", "blocklist", "spii"})
-# Error codes with which providers refuse a prompt outright instead of answering.
-BLOCKED_ERROR_CODES = frozenset({"content_filter", "content_policy_violation"})
-
+from picoflow.turn import approvals, effects, streaming
 
 MAX_HOPS_PER_TURN = 64
 # finish_reason values (lower-cased) with which providers report a refused or filtered candidate.
@@ -104,9 +101,11 @@ async def prepare_flow(flow_cls: type[Flow], config: dict[str, Any] | None, prov
     return flow
 
 
-async def answer_turn(flow: Flow, user_message: str | None, request_id: str) -> RunResponse:
+async def answer_turn(flow: Flow, user_message: str | None, request_id: str,
+                      decisions: tuple[Decision, ...] = (), caller: str | None = None) -> RunResponse:
     """Run one turn of a bound flow and answer it: the current step opens the turn (``on_start`` for a new session,
-    its opener joining the history, else ``on_restore``), a batch flow saves first, then the steps run."""
+    its opener joining the history, else ``on_restore``), a batch flow saves first, the user's decisions on waiting
+    tool calls are taken and settled, then the steps run."""
     context = flow.run_context
     step = _executing_step(flow)
     if context.require_doc().revision == 0:
@@ -117,10 +116,62 @@ async def answer_turn(flow: Flow, user_message: str | None, request_id: str) -> 
         await step.on_restore()
     if flow.is_batch():
         await context.require_services().save()
-    message = await run_turn(flow, user_message)
+    extra, finish = await settle_approvals(flow, decisions, approver="user", decided_by=caller)
+    if extra is not None and is_direct(extra) and not user_message:
+        # An approved handler answered in code: that is the reply, unless the user also said something.
+        message: Any = _deliver_direct(flow, extra, finish)
+    else:
+        if extra is not None:
+            _executing_step(flow).get_memory().append(extra)
+        message = await run_turn(flow, user_message)
+    return _answered(flow, message, request_id)
+
+
+async def answer_review(flow: Flow, decisions: tuple[Decision, ...], reviewer: str, request_id: str) -> RunResponse:
+    """A reviewer's decision on a waiting call, settled at once (the approved tool runs in this request); the
+    model answers on the user's next turn."""
+    extra, finish = await settle_approvals(flow, decisions, approver="reviewer", decided_by=reviewer)
+    message = _deliver_direct(flow, extra, finish) if extra is not None and is_direct(extra) else ""
+    if extra is not None and not is_direct(extra):
+        _executing_step(flow).get_memory().append(extra)
+    return _answered(flow, message, request_id)
+
+
+def _answered(flow: Flow, message: Any, request_id: str) -> RunResponse:
+    doc = flow.run_context.require_doc()
     current = _executing_step(flow)
-    return RunResponse(success=True, completed=current.is_end(), message=message, session=context.require_doc().id,
-                       content_type=current.content_type, request_id=request_id)
+    return RunResponse(success=True, completed=current.is_end(), message=message, session=doc.id,
+                       content_type=current.content_type, request_id=request_id,
+                       pending_approvals=records.pending(doc))
+
+
+async def settle_approvals(flow: Flow, decisions: tuple[Decision, ...], *, approver: str,
+                           decided_by: str | None) -> tuple[BaseMessage | None, bool]:
+    """Expire overdue waiting calls, record ``decisions`` and claim them in one conditional write, then settle every
+    decided call nobody else is settling; the direct message an approved handler answered with, if any."""
+    doc = flow.run_context.require_doc()
+    if not doc.approvals:
+        if decisions:
+            raise ApprovalNotPendingError("The call is not waiting for a decision.")
+        return None, False
+    records.expire(doc)
+    decided = records.decide(doc, decisions, approver=approver, decided_by=decided_by, owner=doc.owner)
+    due = records.lapsed(records.unsettled(doc))
+    if decided or any(approval.status == "approved" for approval in due):
+        # The decision is written before anything runs: of two racing for one call, only one write lands.
+        records.claim(due)
+        await flow.run_context.require_services().save()
+    return await approvals.settle(flow, due, functools.partial(_run_approved, flow))
+
+
+async def _run_approved(flow: Flow, step: Step, ai: AiMessageEx,
+                        key: str) -> tuple[list[BaseMessage], BaseMessage | None, bool]:
+    """Run an approved call on the step that made it (moving the cursor back to it if the conversation moved on)."""
+    if flow.get_current_step() is not step:
+        await flow.goto(step.id)
+    offer = ModelCall.read(step, flow.run_context.view(flow).memory().namespace(step.namespace))
+    tools = await dispatch_tools(flow, step, ai, offer, approved_key=key)
+    return tools.messages, tools.extra, tools.finish
 
 
 async def run_turn(flow: Flow, user_message: str | None) -> Any:
@@ -217,6 +268,9 @@ async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
                         flow.mark_completed()
                     _executing_step(flow).get_memory().append(tools.extra)
                     return content_text(tools.extra.content)
+                if tools.paused:
+                    # A call waits for a person: the turn ends here and commits with the call pending.
+                    return content_text(ai.content)
                 pending = tools.extra
                 continue
             result = outcome.parsed if outcome.parsed is not None else content_text(ai.content)
@@ -297,6 +351,8 @@ class _ToolOutcome:
     extra: BaseMessage | None = None
     finish: bool = False
     result: DirectResult | None = None
+    #: Whether a call now waits for a person's decision instead of having run.
+    paused: bool = False
 
 
 async def _call_handler(step: Step, handler: Any, argument: Any, call: Mapping[str, Any] | None = None) -> Any:
@@ -307,10 +363,11 @@ async def _call_handler(step: Step, handler: Any, argument: Any, call: Mapping[s
 
 
 async def _run_handler(flow: Flow, step: Step, handler: Any, calls: list[dict[str, Any]],
-                       run: Callable[[], Awaitable[Any]]) -> Any:
-    """What a handler returns; an effect handler runs once per turn, however often the turn is retried."""
-    if is_effect(flow, [call["name"] for call in calls], handler):
-        return await effects.once(flow, step, calls, run)
+                       run: Callable[[], Awaitable[Any]], key: str | None = None) -> Any:
+    """What a handler returns; an effect handler runs once per turn, however often the turn is retried (an approved
+    call once under its approval's ``key``, in whichever request settles it)."""
+    if key is not None or is_effect(flow, [call["name"] for call in calls], handler):
+        return await effects.once(flow, step, calls, run, key=key)
     return await run()
 
 
@@ -343,8 +400,13 @@ def _group_route(step: Step, method: str, result: Any) -> Transition:
     return transition
 
 
-async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall) -> _ToolOutcome:
-    """Run the handlers for one AI message's tool calls; one tool message per call."""
+async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall, *,
+                         approved_key: str | None = None) -> _ToolOutcome:
+    """Run the handlers for one AI message's tool calls; one tool message per call.
+
+    A call that needs a person's decision does not run: it waits (``picoflow.turn.approvals``) and the outcome
+    says so. ``approved_key`` settles calls a person approved: they run under that journal key.
+    """
     calls = ai.tool_calls
     outcome = _ToolOutcome()
     group = group_handler(step, {call["name"] for call in calls})
@@ -362,8 +424,14 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall
                     ))
             return outcome
         validated = [{**call, "args": _as_dict(args)} for call, args in valid]
+        rule = None if approved_key else approval_of(flow, [call["name"] for call in calls], group)
+        approver = rule.approver_for(validated) if rule is not None else None
+        if rule is not None and approver is not None:
+            outcome.messages.extend(approvals.pause(flow, step, validated, rule, approver, group=True))
+            outcome.paused = True
+            return outcome
         run_group = functools.partial(_call_handler, step, group, validated)
-        returned = await _run_handler(flow, step, group, validated, run_group)
+        returned = await _run_handler(flow, step, group, validated, run_group, approved_key)
         if isinstance(returned, DirectResult):
             outcome.result = _worker_result(flow, step, returned)
             outcome.messages.extend(_tool_message(step, call, TOOL_VALIDATED) for call in calls)
@@ -405,8 +473,15 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall
             flow.logger.warn(f"missing tool handler: {name}", step=step.id)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
             continue
-        run = functools.partial(_call_handler, step, handler, _handler_argument(handler, args), call)
-        returned = await _run_handler(flow, step, handler, [{**call, "args": _as_dict(args)}], run)
+        argument = _handler_argument(handler, args)
+        rule = None if approved_key else approval_of(flow, [name], handler)
+        approver = rule.approver_for(argument) if rule is not None else None
+        if rule is not None and approver is not None:
+            outcome.messages.extend(approvals.pause(flow, step, [{**call, "args": _as_dict(args)}], rule, approver))
+            outcome.paused = True
+            continue
+        run = functools.partial(_call_handler, step, handler, argument, call)
+        returned = await _run_handler(flow, step, handler, [{**call, "args": _as_dict(args)}], run, approved_key)
         if isinstance(returned, DirectResult):
             outcome.result = _worker_result(flow, step, returned)
             outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))

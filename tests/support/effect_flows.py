@@ -66,3 +66,23 @@ class RefundFlow(Flow):
 
     def define_steps(self) -> list[Step]:
         return [RefundStep(self).use_memory("refunds")]
+
+
+class ApprovedRefundStep(RefundStep):
+    """The same refund, decided by the session's user before it runs (``approval=True``)."""
+
+    @tool(effect=True, approval=True)
+    async def refund(self, args: RefundArgs) -> Any:
+        """Refund an order, once the user approves."""
+        crash_if("before_handler")
+        reference = await asyncio.to_thread(post_refund, args, self.tool_idempotency_key())
+        crash_if("after_downstream")
+        return stay(f"Refunded {args.amount:.2f} on {args.order}: {reference}.")
+
+
+class ApprovedRefundFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return ModelSelection(provider="scripted", name="refunds", retry_attempts=1)
+
+    def define_steps(self) -> list[Step]:
+        return [ApprovedRefundStep(self).use_memory("refunds")]

@@ -26,7 +26,7 @@ from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.dynamodb_store import DynamoDBSessionStore
 from tests.support.dynamodb_local import REGION
-from tests.support.effect_flows import RefundFlow
+from tests.support.effect_flows import ApprovedRefundFlow, RefundFlow
 from tests.support.effect_worker import run_attempt
 from tests.support.payments_server import PaymentsServer
 
@@ -185,3 +185,105 @@ def table_markdown(rows: list[Row]) -> str:
         lines.append(f"| {number} | {row.what} | {row.keyed_honoured} | {row.keyed_ignored} | {row.keyless_honoured} "
                      f"| {row.keyless_ignored} |")
     return "\n".join(lines)
+
+
+# -- the same timings with an approval in the path ---------------------------------------------------------------
+
+#: Every decision attempt's deadline: the claim it writes lapses this long (plus a margin) after it starts.
+DECISION_DEADLINE_SECONDS = 2.5
+#: The conflict timing's first attempt waits on a slow model, so it gets longer.
+SLOW_DECISION_DEADLINE_SECONDS = 4.0
+#: The timings of a decision: the same points; the conflict is the retry meeting the first attempt's claim.
+DECISION_TIMINGS = [(timing, what) for timing, what in TIMINGS if timing != "conflict"] + [
+    ("conflict", "409: the client's retry meets the first attempt's claim while that attempt runs the tool"),
+]
+#: How long a client keeps re-sending a decision that is still claimed (SESSION_CONFLICT, Retry-After 1 s).
+CLAIM_WAIT_SECONDS = 30.0
+
+
+class DecidingClient(Client):
+    """A client whose refund waits for its approval: each attempt re-sends the decision, not the message."""
+
+    async def _open(self) -> str:
+        store = DynamoDBSessionStore(self.table, endpoint_url=self.endpoint, region_name=REGION)
+        script = ScriptedProvider([refund_call("asked"), answer("unused")])
+        engine = FlowEngine([ApprovedRefundFlow], store, ProviderRegistry(override=script))
+        response = await engine.run("ApprovedRefundFlow", MESSAGE)
+        await engine.close()
+        assert response.success and len(response.pending_approvals) == 1, response
+        self.approval = response.pending_approvals[0]["id"]
+        return response.session
+
+    def start(self, script: list[dict[str, Any]], **task: Any) -> tuple[Any, Path]:
+        task.setdefault("deadline_seconds", DECISION_DEADLINE_SECONDS)
+        spec = {"endpoint": self.endpoint, "table": self.table, "session": self.session, "message": None,
+                "key": self.key, "script": script, "payments": self.payments,
+                "approvals": [{"id": self.approval, "approved": True}], **task}
+        answer_path = self.workdir / f"answer-{uuid.uuid4().hex}.json"
+        process = _PROCESSES.Process(target=run_attempt, args=(spec, str(answer_path)))
+        process.start()
+        return process, answer_path
+
+    def retry_until_answered(self, tag: str) -> dict[str, Any]:
+        """Re-send the decision until it is answered: applied (200), or already applied (409 not pending);
+        a decision still claimed by a failed attempt answers 409 SESSION_CONFLICT until the claim lapses."""
+        ends = time.monotonic() + CLAIM_WAIT_SECONDS
+        while time.monotonic() < ends:
+            reply = self.run([answer("Refunded.")])
+            if reply is not None and (reply["status"] == 200 or reply["code"] == "APPROVAL_NOT_PENDING"):
+                return reply
+            time.sleep(0.5)
+        raise AssertionError(f"the decision was not answered after retries: {reply}")
+
+
+def run_decision_timing(endpoint: str, table: str, timing: str, *, keyed: bool, honour: bool) -> int:
+    """Refunds applied when the first attempt of the user's approval fails at ``timing`` and the client retries."""
+    with PaymentsServer(honour_keys=honour) as payments, tempfile.TemporaryDirectory() as folder:
+        client = DecidingClient(endpoint, table, payments.url, keyed, Path(folder))
+        if timing in CRASHES:
+            assert client.run([answer("Refunded.")], crash=timing) is None, f"{timing}: the attempt should crash"
+        elif timing == "model_outage":
+            reply = client.run([{"error": "model down", "status": 400}])
+            assert reply is not None and reply["code"] == "MODEL_UNAVAILABLE", reply
+        elif timing == "deadline":
+            reply = client.run([answer("too late", delay=DECISION_DEADLINE_SECONDS * 2)])
+            assert reply is not None and reply["status"] == 504, reply
+        else:
+            _decision_conflict(client, Path(folder) / "journaled")
+        client.retry_until_answered("retry")
+        return payments.applied
+
+
+def _decision_conflict(client: DecidingClient, marker: Path) -> None:
+    """The first attempt runs the approved refund and waits on a slow model; the client's retry meets the first
+    attempt's live claim (409, retry later) instead of running the refund again."""
+    slow = client.start([answer("Refunded (first attempt).", delay=1.5)], marker=str(marker),
+                        deadline_seconds=SLOW_DECISION_DEADLINE_SECONDS)
+    deadline = time.monotonic() + ATTEMPT_TIMEOUT_SECONDS
+    while not marker.exists():
+        assert time.monotonic() < deadline and slow[0].is_alive(), "the first attempt never journaled its refund"
+        time.sleep(0.05)
+    retry = client.run([answer("Refunded (retry).")])
+    assert retry is not None and retry["code"] == "SESSION_CONFLICT", retry
+    first = client.finish(slow)
+    assert first is not None and first["status"] == 200, first
+
+
+def run_decision_timings(endpoint: str, table: str) -> list[Row]:
+    rows = []
+    for timing, what in DECISION_TIMINGS:
+        row = Row(timing, what)
+        for keyed in (True, False):
+            for honour in (True, False):
+                applied = run_decision_timing(endpoint, table, timing, keyed=keyed, honour=honour)
+                setattr(row, f"{'keyed' if keyed else 'keyless'}_{'honoured' if honour else 'ignored'}", applied)
+        rows.append(row)
+    return rows
+
+
+def expected_decision(row: Row) -> Row:
+    """What the guarantee promises with an approval in the path: a decision is applied once whatever the client
+    does (a re-sent decision on a settled call is refused), so only the two windows of a key-ignoring payments
+    service apply two."""
+    twice = 2 if row.timing in WINDOWS else 1
+    return Row(row.timing, row.what, 1, twice, 1, twice)

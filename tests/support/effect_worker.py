@@ -4,7 +4,8 @@
 imported this module, so an attempt starts in milliseconds); ``python -m tests.support.effect_worker '<task>'``
 runs one from a shell. The task names the DynamoDB (Local) table, the session, the message, the client's
 ``Idempotency-Key`` (or null), the model script, the payments service, an optional turn deadline and an optional
-crash point. The process writes the turn's answer as JSON, unless it
+crash point, and for a decision request the ``approvals`` (the flow is then the one whose refund waits for the
+user's approval). The process writes the turn's answer as JSON, unless it
 crashes first: at the chosen point it kills itself with SIGKILL.
 
 Crash points: ``before_handler`` and ``after_downstream`` (in the handler, see ``effect_flows``),
@@ -58,19 +59,21 @@ def faulty_store(task: dict[str, Any]) -> DynamoDBSessionStore:
 async def attempt(task: dict[str, Any]) -> dict[str, Any]:
     effect_flows.PAYMENTS_URL = task["payments"]
     effect_flows.crash_at = task.get("crash")
+    flow = effect_flows.ApprovedRefundFlow if task.get("approvals") else effect_flows.RefundFlow
     engine = FlowEngine(
-        [effect_flows.RefundFlow],
+        [flow],
         faulty_store(task),
         ProviderRegistry(override=ScriptedProvider(task["script"])),
         retry_delay=0,
     )
     seconds = task.get("deadline_seconds")
     response = await engine.run(
-        "RefundFlow",
+        flow.id,
         task["message"],
         task["session"],
         deadline=None if seconds is None else time.monotonic() + seconds,
         idempotency_key=task.get("key"),
+        approvals=task.get("approvals"),
     )
     await engine.close()
     return {"status": response.status_code, "code": response.error_code, "message": response.message,

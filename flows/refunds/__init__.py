@@ -1,4 +1,4 @@
-"""SupportFlow, the post-purchase support example: verify an order, take a return, refund it once.
+"""RefundFlow, the post-purchase support example: verify an order, take a return, refund it once.
 
 The refund is an effect tool: it moves money outside the session, so a retried turn replays its journaled
 outcome instead of refunding again, and the payments ledger it calls is handed the call's idempotency key.
@@ -7,6 +7,6 @@ outcome instead of refunding again, and the payments ledger it calls is handed t
 
 from __future__ import annotations
 
-from flows.support.flow import SupportFlow
+from flows.refunds.flow import RefundFlow
 
-__all__ = ["SupportFlow"]
+__all__ = ["RefundFlow"]

@@ -1,4 +1,4 @@
-"""SupportFlow's steps: the triage hub verifies the order and routes; the returns desk refunds an item once."""
+"""RefundFlow's steps: the triage hub verifies the order and routes; the returns desk refunds an item once."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, Field
 
-from flows.support import orders, payments
+from flows.refunds import orders, payments
 from picoflow import Step, TerminateSessionStep, Transition, direct_to, go, prompt, stay, tool
 from picoflow.messages import HumanMessageEx
 
@@ -24,6 +24,20 @@ class NoArgs(BaseModel):
 class RefundItem(BaseModel):
     sku: str = Field(description="The SKU of the returned item, as listed")
     reason: Literal["defective", "wrong_item", "changed_mind"]
+
+
+#: Refunds above this many USD are decided by a reviewer (a second person) instead of the customer.
+REVIEW_ABOVE_USD = 100.0
+
+
+def refund_approver(args: RefundItem) -> bool | str:
+    """Who decides a refund before money moves: nobody when policy refunds nothing (the handler says why), the
+    customer up to ``REVIEW_ABOVE_USD``, a reviewer above it."""
+    item = orders.item(args.sku)
+    amount = None if item is None else orders.refund_amount(item, args.reason)
+    if amount is None:
+        return False
+    return "reviewer" if amount > REVIEW_ABOVE_USD else True
 
 
 class TriageStep(Step):
@@ -71,8 +85,9 @@ class ReturnsStep(Step):
         items = "\n".join(f"- {item.sku}: {item.name}, {item.price:.2f} USD" for item in order.items)
         return prompt("returns.md", __file__, order=order.order_id, items=items)
 
-    # A refund moves money outside the session: it runs once per turn, however often the turn is retried.
-    @tool(effect=True)
+    # A refund moves money outside the session: a person decides it first, bound to these exact arguments, and it
+    # runs once, however often the request that settles it is retried.
+    @tool(effect=True, approval=refund_approver)
     async def refund_item(self, args: RefundItem) -> Transition:
         """Refund a returned item of the verified order, by the return policy."""
         order = self.order()

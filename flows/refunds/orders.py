@@ -42,6 +42,12 @@ def verified(order_id: str, zip_code: str) -> Order | None:
     return order if order is not None and order.zip_code == zip_code.strip() else None
 
 
+def item(sku: str) -> Item | None:
+    """The item with this SKU in any order, or None."""
+    wanted = sku.strip().upper()
+    return next((item for order in ORDERS.values() for item in order.items if item.sku == wanted), None)
+
+
 def refund_amount(item: Item, reason: str) -> float | None:
     """What a return of ``item`` for ``reason`` refunds, or None when policy refuses it."""
     if item.final_sale:
