@@ -71,9 +71,12 @@ BUILD_PY ?= python3
 # Left out of the lock, as the function never imports them: the AWS SDK (the Lambda Python runtime includes
 # it and the function uses that copy); zstandard (21 MB), which langsmith, a dependency of langchain-core, lists
 # only to compress trace uploads to LangSmith, which the function never sends (langsmith does without it); and
-# pycparser, which cffi needs only to compile C declarations, while cryptography's bindings come compiled.
+# pycparser, which cffi needs only to compile C declarations, while cryptography's bindings come compiled; and
+# google-api-core with google-auth, proto-plus and pyasn1 (8 MB together), which a2a-sdk lists for its gRPC and
+# Google-auth transports: its JSON-RPC server and client, the only parts the function uses, never import them.
 # Give LOCK_EXTRAS (e.g. bedrock) to lock an optional provider into the function too.
-LOCK_LEFT_OUT := boto3 botocore s3transfer zstandard pycparser
+LOCK_LEFT_OUT := boto3 botocore s3transfer zstandard pycparser google-api-core google-auth proto-plus pyasn1 \
+	pyasn1-modules
 LOCK_EXTRAS ?=
 
 build-ApiFunction:

@@ -33,6 +33,20 @@ CONTINUE_PREFIX = "Continue to step:"
 EMPTY_RESPONSE_NUDGE = "Follow system prompt and respond properly."
 
 
+# Where LangChain's integrations put the provider's reason for ending a reply: OpenAI-compatible and Google
+# ``finish_reason``, Anthropic ``stop_reason``, Bedrock's Converse API ``stopReason``.
+FINISH_KEYS = ("finish_reason", "stop_reason", "stopReason")
+
+
+def finish_reason(metadata: Mapping[str, Any] | None) -> str | None:
+    """The provider's reason for ending a reply, read from its ``response_metadata``; None when it gave none."""
+    for key in FINISH_KEYS:
+        value = (metadata or {}).get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def _step_name(owner: Owner) -> str:
     return owner if isinstance(owner, str) else owner.id
 

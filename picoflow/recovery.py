@@ -132,11 +132,24 @@ def retry_with_model(selection: ModelSelection | Mapping[str, Any]) -> RetryWith
     return RetryWithModel(ModelSelection(**selection))
 
 
+DEFAULT_STALL_MS = 10_000
+"""How long a streamed model call may go without a chunk (the first one included) unless a policy says otherwise:
+well inside the HTTP API's 29 s and the template's 25 s function timeout, so a stalled provider ends the attempt
+(``MODEL_TIMEOUT``, retried while the turn has time) rather than the whole turn budget."""
+
+_POLICY_KEYS = ("timeout_ms", "stall_ms")
+
+
 @dataclass(frozen=True)
 class LlmCallPolicy:
-    """The resolved, code-owned call policy of one step; never persisted."""
+    """The resolved, code-owned call policy of one step; never persisted.
+
+    ``timeout_ms`` bounds one attempt as a whole; ``stall_ms`` bounds the wait for each chunk of a streamed
+    attempt (None: only ``timeout_ms`` and the turn's deadline do).
+    """
 
     timeout_ms: int | None = None
+    stall_ms: int | None = DEFAULT_STALL_MS
 
 
 def _checked_policy(policy: Any, owner: str) -> Mapping[str, Any]:
@@ -144,12 +157,13 @@ def _checked_policy(policy: Any, owner: str) -> Mapping[str, Any]:
         return {}
     if not isinstance(policy, Mapping):
         raise PicoFlowError(f"{owner} config_llm_call_policy() must return a dict.")
-    unknown = sorted(set(policy) - {"timeout_ms"})
+    unknown = sorted(set(policy) - set(_POLICY_KEYS))
     if unknown:
         raise PicoFlowError(f"{owner} config_llm_call_policy() has unknown key(s) {', '.join(unknown)}.")
-    timeout = policy.get("timeout_ms")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0):
-        raise PicoFlowError(f"{owner} timeout_ms must be a positive integer or None.")
+    for key in _POLICY_KEYS:
+        value = policy.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise PicoFlowError(f"{owner} {key} must be a positive integer or None.")
     return policy
 
 
@@ -157,7 +171,9 @@ def resolve_call_policy(flow_policy: Any, step_policy: Any) -> LlmCallPolicy:
     """Apply a step's override to the flow policy: an absent key inherits, an int replaces, None removes."""
     flow_side = _checked_policy(flow_policy, "Flow")
     step_side = _checked_policy(step_policy, "Step")
-    timeout = flow_side.get("timeout_ms")
-    if "timeout_ms" in step_side:
-        timeout = step_side["timeout_ms"]
-    return LlmCallPolicy(timeout_ms=timeout)
+    resolved: dict[str, int | None] = {"timeout_ms": None, "stall_ms": DEFAULT_STALL_MS}
+    for key in _POLICY_KEYS:
+        for side in (flow_side, step_side):
+            if key in side:
+                resolved[key] = side[key]
+    return LlmCallPolicy(**resolved)

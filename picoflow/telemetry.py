@@ -28,7 +28,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from picoflow.messages import content_text, usage_from_message
+from picoflow.messages import content_text, finish_reason, usage_from_message
 from picoflow.models.registry import ModelSelection
 from picoflow.results import RunResponse
 from picoflow.session.document import TokenUsage
@@ -70,8 +70,6 @@ _REQUEST_PARAMS = {
     "max_tokens": "gen_ai.request.max_tokens",
     "top_p": "gen_ai.request.top_p",
 }
-# Where providers report why generation stopped, in LangChain's ``response_metadata``.
-_FINISH_KEYS = ("finish_reason", "stop_reason", "stopReason")
 _ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
 
 _tracer = trace.get_tracer("picoflow")
@@ -343,7 +341,8 @@ class ModelCallSpan:
             return output
         attributes = _usage_attributes(usage_from_message(message))
         metadata = message.response_metadata or {}
-        reasons = [str(metadata[key]) for key in _FINISH_KEYS if metadata.get(key)]
+        reason = finish_reason(metadata)
+        reasons = [reason] if reason else []
         if reasons:
             attributes[FINISH_REASONS] = reasons[:1]
         model = metadata.get("model_name") or metadata.get("model")

@@ -137,6 +137,8 @@ FOLDER_ORDER = [
     "step_registry", "step", "decision_step", "flow", "registration",
     # the session's life over a store, the turn, the engine
     "lifecycle", "turn/", "engine",
+    # open protocols over the engine (AG-UI, MCP, A2A), below the adapters that give them routes
+    "protocols/",
     # adapters
     "aws/", "local/",
 ]

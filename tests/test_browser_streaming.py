@@ -110,3 +110,27 @@ def test_an_aborted_turn_shows_its_words_as_not_part_of_any_reply(page, start_ap
     assert "Aborted MODEL_UNAVAILABLE" in error
     assert "bad request" not in page.content()
     assert "The red room" not in json.dumps(api.stored_sessions())
+
+
+def test_each_turn_has_its_own_idempotency_key_and_a_retry_reuses_it(page, start_api):
+    api = start_api([
+        # Not retried by the engine (a 400), so the turn aborts with a retryable code the page offers to retry.
+        {"content": "The red room", "error": "bad request", "status": 400, "break_after": 1},
+        {"content": "The blue room is free."},
+        {"content": "You are welcome."},
+    ])
+    keys: list[str | None] = []
+    page.on("request", lambda request: keys.append(request.headers.get("idempotency-key"))
+            if request.url.endswith("/ai/run") else None)
+    send(page, api, "Which room?")
+    page.wait_for_function("() => document.body.dataset.turns === '1'")
+    assert "Aborted MODEL_UNAVAILABLE" in page.locator(".note.error").first.inner_text()
+    page.click("button.retry")
+    page.wait_for_function("() => document.body.dataset.turns === '2'")
+    assert page.locator(".turn.bot:not(.discarded)").first.inner_text().endswith("The blue room is free.")
+    assert page.locator("button.retry").count() == 0
+    page.fill("#message", "Thanks")
+    page.press("#message", "Enter")
+    page.wait_for_function("() => document.body.dataset.turns === '3'")
+    assert len(keys) == 3 and all(keys)
+    assert keys[0] == keys[1] != keys[2]

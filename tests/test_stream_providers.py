@@ -1,7 +1,8 @@
 """Streamed turns on the real provider clients: LangChain's astream against the fake OpenAI-compatible and Anthropic
 servers (server-sent chunks), against Bedrock's ConverseStream (answered inside botocore) and against Gemini's
 streamGenerateContent. Text arrives in
-pieces, tool calls are taken back, usage is still counted, and a stalled stream is cut by the call's timeout."""
+pieces, tool calls are taken back, usage is still counted, a stalled stream is cut by the call's timeout, and a
+stream that ends without the provider's finish reason (a cut connection) is a failed call on every provider."""
 
 from __future__ import annotations
 
@@ -142,8 +143,9 @@ class GeminiStreamServer:
     """A loopback Gemini API answering ``streamGenerateContent?alt=sse`` with ``replies`` in order, each as
     server-sent ``GenerateContentResponse`` chunks: its text word by word, its usage with the last one."""
 
-    def __init__(self, replies: list[tuple[str, dict[str, int]]]) -> None:
+    def __init__(self, replies: list[tuple[str, dict[str, int]]], cut: int = 0) -> None:
         self.replies = list(replies)
+        self.cut = cut
         self.paths: list[str] = []
         outer = self
 
@@ -154,8 +156,11 @@ class GeminiStreamServer:
                 text, usage = outer.replies.pop(0)
                 chunks = [{"candidates": [{"content": {"role": "model", "parts": [{"text": piece}]}, "index": 0}]}
                           for piece in text_pieces(text)]
-                chunks[-1]["candidates"][0]["finishReason"] = "STOP"
-                chunks[-1]["usageMetadata"] = usage
+                if outer.cut > 0:
+                    outer.cut -= 1
+                else:
+                    chunks[-1]["candidates"][0]["finishReason"] = "STOP"
+                    chunks[-1]["usageMetadata"] = usage
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
@@ -207,3 +212,104 @@ def test_google_streams_with_usage_counted() -> None:
     assert ":streamGenerateContent" in server.paths[0]
     tokens = events[-1].response.tokens
     assert (tokens.input_tokens, tokens.output_tokens) == (30, 11)
+
+
+# -- streams cut before their end ----------------------------------------------------------------------
+
+CUT = "Abraham Lincoln was the"
+WHOLE = "Abraham Lincoln was the sixteenth president."
+
+
+class RetryingChatFlow(ChatFlow):
+    id = "RetryingChatFlow"
+
+    def config_model(self) -> ModelSelection:
+        return ModelSelection(provider="fixed", name="any", retry_attempts=2)
+
+
+class CuttingOpenAIServer(FakeOpenAIServer):
+    """Its first streamed answer stops before the chunk with the finish reason, as a closed connection would."""
+
+    cut = 1
+
+    def stream_events(self, body: dict[str, Any], payload: dict[str, Any]) -> list[str]:
+        events = super().stream_events(body, payload)
+        if self.cut <= 0:
+            return events
+        self.cut -= 1
+        return [e for e in events if e.startswith("data: {") and json.loads(e[6:])["choices"]
+                and json.loads(e[6:])["choices"][0]["finish_reason"] is None]
+
+
+class CuttingAnthropicServer(FakeAnthropicServer):
+    cut = 1
+
+    def stream_events(self, body: dict[str, Any], payload: dict[str, Any]) -> list[str]:
+        events = super().stream_events(body, payload)
+        if self.cut <= 0:
+            return events
+        self.cut -= 1
+        return [e for e in events if "message_delta" not in e and "message_stop" not in e]
+
+
+def cut_then_whole(model: BaseChatModel) -> list[TurnEvent]:
+    events = asyncio.run(stream_turn(model, RetryingChatFlow))
+    names = [event.event for event in events]
+    # The cut reply was shown, taken back, and the second attempt's reply committed.
+    assert names[-1] == "committed", events[-1].data
+    assert "reset" in names
+    shown = "".join(e.data["text"] for e in events[: names.index("reset")] if e.event == "delta")
+    assert shown == CUT
+    assert events[-1].data["message"] == WHOLE
+    return events
+
+
+def test_a_cut_openai_stream_is_a_failed_call_and_retried() -> None:
+    replies = [chat_completion(content=CUT, usage=usage_block(10, 5)),
+               chat_completion(content=WHOLE, usage=usage_block(10, 7))]
+    with CuttingOpenAIServer(replies) as server:
+        model = OpenAIProvider(api_key="k", base_url=f"{server.url}/v1").chat_model(
+            ModelSelection(provider="openai", name="gpt-4o"))
+        cut_then_whole(model)
+    assert len(server.requests) == 2
+
+
+def test_a_cut_anthropic_stream_is_a_failed_call_and_retried() -> None:
+    replies = [anthropic_message(content=CUT, usage={"input_tokens": 10, "output_tokens": 5}),
+               anthropic_message(content=WHOLE, usage={"input_tokens": 10, "output_tokens": 7})]
+    with CuttingAnthropicServer(replies) as server:
+        model = AnthropicProvider(api_key="k", base_url=server.url).chat_model(
+            ModelSelection(provider="anthropic", name="claude-sonnet-4-5"))
+        cut_then_whole(model)
+    assert len(server.requests) == 2
+
+
+def test_a_cut_bedrock_stream_is_a_failed_call_and_retried(aws_credentials: None) -> None:
+    fake = FakeBedrock([converse_response(content=CUT), converse_response(content=WHOLE)], cut=1)
+    model = fake.attach(BedrockProvider(region="us-east-1").chat_model(
+        ModelSelection(provider="bedrock", name="amazon.nova-lite-v1:0")))
+    cut_then_whole(model)
+    assert len(fake.requests) == 2
+
+
+def test_a_cut_google_stream_is_a_failed_call_and_retried() -> None:
+    usage = {"promptTokenCount": 30, "candidatesTokenCount": 11, "totalTokenCount": 41}
+    server = GeminiStreamServer([(CUT, usage), (WHOLE, usage)], cut=1)
+    try:
+        model = GoogleProvider(api_key="k", base_url=server.url).chat_model(
+            ModelSelection(provider="google", name="gemini-2.5-flash"))
+        cut_then_whole(model)
+    finally:
+        server.close()
+    assert len(server.paths) == 2
+
+
+def test_a_stream_cut_on_every_attempt_aborts_the_turn_without_changing_the_session() -> None:
+    replies = [chat_completion(content=CUT, usage=usage_block(10, 5))]
+    with CuttingOpenAIServer(replies) as server:
+        model = OpenAIProvider(api_key="k", base_url=f"{server.url}/v1").chat_model(
+            ModelSelection(provider="openai", name="gpt-4o"))
+        events = asyncio.run(stream_turn(model, ChatFlow))
+    names = [event.event for event in events]
+    assert names[-1] == "aborted" and events[-1].data["code"] == "MODEL_UNAVAILABLE"
+    assert "reset" in names and CUT not in json.dumps(events[-1].data)

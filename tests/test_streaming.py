@@ -13,6 +13,7 @@ from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, tool
 from picoflow.events import TurnEvent
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
+from picoflow.recovery import DEFAULT_STALL_MS, resolve_call_policy
 from picoflow.stores import MemorySessionStore
 from tests.support.echo_flows import EchoFlow, JsonFlow
 from tests.support.engine import call, scripted_engine, text
@@ -175,6 +176,55 @@ def test_a_stall_between_chunks_counts_against_the_call_timeout() -> None:
     assert final.event == "aborted" and final.data["code"] == "MODEL_TIMEOUT"
     assert events[0].event == "delta" and "reset" in [event.event for event in events]
     assert asyncio.run(engine.session_store.load(first.session)).revision == revision
+
+
+class StallingFlow(EchoFlow):
+    """EchoFlow whose streamed replies may pause 200 ms between chunks, with no limit on a whole attempt."""
+
+    id = "StallingFlow"
+
+    def config_llm_call_policy(self) -> dict[str, Any]:
+        return {"stall_ms": 200}
+
+
+def test_by_default_a_streamed_call_may_stall_ten_seconds_and_a_policy_changes_that() -> None:
+    assert DEFAULT_STALL_MS == 10_000
+    assert resolve_call_policy({}, {}).stall_ms == 10_000
+    assert resolve_call_policy({"stall_ms": 200}, {}).stall_ms == 200
+    assert resolve_call_policy({"stall_ms": 200}, {"stall_ms": None}).stall_ms is None
+    with pytest.raises(Exception, match="stall_ms must be a positive integer"):
+        resolve_call_policy({"stall_ms": 0}, {})
+
+
+def test_a_stall_beyond_the_stall_limit_ends_the_attempt_with_model_timeout() -> None:
+    # Each chunk may take 200 ms: the first reply's words come 0.5 s apart, the retry's without a pause.
+    provider = ScriptedProvider([{"content": "The blue room is free", "chunk_delay": 0.5}, text(ANSWER)])
+    engine = FlowEngine([StallingFlow], MemorySessionStore(), ProviderRegistry(override=provider), retry_delay=0)
+    events = asyncio.run(asyncio.wait_for(collect(engine, "StallingFlow", "Room?"), 10))
+    final = assert_contract(events)
+    assert final.event == "committed" and final.data["message"] == ANSWER
+    assert [event.event for event in events][:2] == ["delta", "reset"]
+    assert len(provider.calls) == 2
+
+    stalled = {"content": "The blue room is free", "chunk_delay": 0.5}
+    provider = ScriptedProvider([stalled] * 3)
+    engine = FlowEngine([StallingFlow], MemorySessionStore(), ProviderRegistry(override=provider), retry_delay=0)
+    final = assert_contract(asyncio.run(asyncio.wait_for(collect(engine, "StallingFlow", "Room?"), 10)))
+    assert final.event == "aborted" and final.data["code"] == "MODEL_TIMEOUT"
+
+
+def test_a_stream_without_a_finish_reason_is_a_failed_call_not_a_reply() -> None:
+    cut = {"content": "Abraham Lincoln was the", "response_metadata": {"finish_reason": None}}
+    engine, provider = scripted_engine([EchoFlow], [cut, text(ANSWER)])
+    events = asyncio.run(collect(engine, "EchoFlow", "Who was Lincoln?"))
+    final = assert_contract(events)
+    assert final.event == "committed" and final.data["message"] == ANSWER
+    assert len(provider.calls) == 2
+
+    engine, provider = scripted_engine([EchoFlow], [cut] * 3)
+    final = assert_contract(asyncio.run(collect(engine, "EchoFlow", "Who was Lincoln?")))
+    assert final.event == "aborted" and final.data["code"] == "MODEL_UNAVAILABLE"
+    assert "Lincoln" not in json.dumps(final.data)
 
 
 def test_a_lost_race_at_the_write_aborts_after_the_deltas() -> None:

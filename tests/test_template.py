@@ -76,8 +76,25 @@ def test_routes(function):
     assert routes == {
         ("POST", "/ai/run"), ("POST", "/ai/files"), ("POST", "/ai/end"), ("GET", "/ai/flows"), ("GET", "/health"),
         ("DELETE", "/ai/me"),
+        ("POST", "/ai/approvals"), ("GET", "/ai/approvals"),
+        ("POST", "/ag-ui/{flowName}"), ("POST", "/mcp"), ("POST", "/a2a/{flowName}"),
+        ("GET", "/a2a/{flowName}/.well-known/agent-card.json"),
     }
     assert all(e["Type"] == "HttpApi" for e in function["Events"].values())
+
+
+def test_the_openapi_document_lists_every_route_the_template_deploys(function):
+    from picoflow.aws.api import openapi_schema
+
+    paths = openapi_schema()["paths"]
+    for event in function["Events"].values():
+        method, path = event["Properties"]["Method"].lower(), event["Properties"]["Path"]
+        assert method in paths.get(path, {}), f"{method.upper()} {path} is not in the OpenAPI document"
+
+
+def test_the_function_knows_whether_the_api_requires_a_jwt(function):
+    # The A2A agent cards declare the bearer scheme exactly when the authorizer is on.
+    assert function["Environment"]["Variables"]["JWT_ISSUER"] == {"Ref": "JwtIssuer"}
 
 
 def test_environment(function, table_name):
@@ -201,13 +218,15 @@ def test_jwt_settings_must_come_together(template):
     assert both_set == {"Fn::And": [{"Fn::Not": [c]} for c in both_empty["Fn::And"]]}
 
 
-def test_only_health_is_open_when_the_authorizer_is_on(function):
+def test_only_health_and_the_agent_cards_are_open_when_the_authorizer_is_on(function):
     opened = {
         e["Properties"]["Path"]: e["Properties"]["Auth"]["Fn::If"]
         for e in function["Events"].values()
         if "Auth" in e["Properties"]
     }
-    assert opened == {"/health": ["HasJwtAuthorizer", {"Authorizer": "NONE"}, {"Ref": "AWS::NoValue"}]}
+    none = ["HasJwtAuthorizer", {"Authorizer": "NONE"}, {"Ref": "AWS::NoValue"}]
+    # Agent cards are read before a client holds a token; each card declares the bearer scheme instead.
+    assert opened == {"/health": none, "/a2a/{flowName}/.well-known/agent-card.json": none}
 
 
 def test_no_wildcards_in_inline_policies(function):

@@ -51,11 +51,15 @@ def scripted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[list[
 
 class Connection:
     """A moto ``apigatewaymanagementapi`` client recording what is posted to each connection (botocore's public
-    ``provide-client-params`` event); after ``gone_after`` posts the client has left (``GoneException``)."""
+    ``provide-client-params`` event), joining ``part`` messages as a client does; after ``gone_after`` posts the
+    client has left (``GoneException``); a message over 128 KB is refused (``PayloadTooLargeException``)."""
 
     def __init__(self, gone_after: int | None = None) -> None:
         self.client = boto3.client("apigatewaymanagementapi", region_name="us-east-1", endpoint_url=ENDPOINT)
         self.posts: list[dict[str, Any]] = []
+        #: The size of every message posted, parts included.
+        self.sizes: list[int] = []
+        self.joined = websocket.Reassembler()
         self.gone_after = gone_after
         self.client.meta.events.register("provide-client-params.apigatewaymanagementapi.PostToConnection", self._post)
 
@@ -64,7 +68,15 @@ class Connection:
             raise self.client.exceptions.GoneException(
                 {"Error": {"Code": "GoneException", "Message": "gone"}}, "PostToConnection"
             )
-        self.posts.append({"connection": params["ConnectionId"], **json.loads(params["Data"])})
+        if len(params["Data"]) > 128 * 1024:
+            # The real service's limit on one message, which moto does not apply.
+            raise self.client.exceptions.PayloadTooLargeException(
+                {"Error": {"Code": "PayloadTooLargeException", "Message": "too large"}}, "PostToConnection"
+            )
+        self.sizes.append(len(params["Data"]))
+        event = self.joined.add(params["Data"].decode("utf-8"))
+        if event is not None:
+            self.posts.append({"connection": params["ConnectionId"], **event})
 
     def events(self) -> list[str]:
         return [post["event"] for post in self.posts]
@@ -177,6 +189,33 @@ def test_a_model_failure_mid_stream_is_posted_as_aborted_without_its_details(scr
     assert connection.events() == ["delta", "delta", "reset", "aborted"]
     assert connection.final()["code"] == "MODEL_UNAVAILABLE"
     assert "models.internal" not in json.dumps(connection.posts)
+
+
+@mock_aws
+def test_a_final_event_over_the_message_limit_arrives_in_parts_and_a_keyed_retry_gets_them_too(scripted):
+    # Five long words: each delta fits in one message, the committed envelope (about 300 KB) does not.
+    reply = " ".join(f'"{word}"' * 10_000 for word in "abcde")
+    scripted([{"content": reply}])
+    body = {"flowName": "TinyFlow", "message": "Everything, please", "idempotencyKey": KEY}
+    connection = Connection()
+    send(connection, body)
+    assert connection.events().count("committed") == 1 and connection.events()[-1] == "committed"
+    assert connection.final()["message"] == reply
+    assert max(connection.sizes) <= 128 * 1024
+    assert len(connection.sizes) > len(connection.posts)  # some events came in parts
+
+    again = Connection()
+    send(again, body, connection_id="conn-2")
+    assert again.events() == ["committed"]
+    assert again.final()["message"] == reply and len(again.sizes) > 1
+
+
+@pytest.mark.parametrize("text", ['{"a": "' + '\\"' * 200_000 + '"}', json.dumps({"event": "x", "data": "y" * 500})])
+def test_parts_fit_the_limit_whatever_they_escape_and_join_back(text):
+    messages = websocket.messages(text, 7, limit=4096)
+    assert all(len(message) <= 4096 for message in messages)
+    joined = websocket.Reassembler()
+    assert [joined.add(message) for message in messages][-1] == json.loads(text)
 
 
 # -- the connect authorizer ---------------------------------------------------------------------------

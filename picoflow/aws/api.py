@@ -1,11 +1,13 @@
 """The PicoFlow HTTP API (API Gateway HTTP API, payload format 2.0) on Powertools' resolver.
 
 Routes: ``POST /ai/run``, ``POST /ai/files``, ``POST /ai/end``, ``GET /ai/flows``, ``GET /health``,
-``DELETE /ai/me`` (erases the caller's data), ``POST`` and ``GET /ai/approvals`` (reviewers). Powertools
-validates each request against ``picoflow.aws.requests`` before a route runs, and publishes the OpenAPI
-document from the same models and signatures; ``PICOFLOW_SWAGGER=true`` also serves it with a Swagger UI on
-``GET /swagger``. Every refusal and failure is this API's JSON envelope (``picoflow.aws.responses``). A
-project's Lambda entry point is ``from picoflow.aws.api import app, lambda_handler``.
+``DELETE /ai/me`` (erases the caller's data), ``POST`` and ``GET /ai/approvals`` (reviewers), and the open
+protocols: ``POST /ag-ui/{flowName}`` (AG-UI), ``POST /mcp`` (MCP),
+``GET /a2a/{flowName}/.well-known/agent-card.json`` and ``POST /a2a/{flowName}`` (A2A). Powertools validates
+each request against ``picoflow.aws.requests`` before a route runs, and publishes the OpenAPI document from the
+same models and signatures; ``PICOFLOW_SWAGGER=true`` also serves it with a Swagger UI on ``GET /swagger``.
+Every refusal and failure is this API's JSON envelope (``picoflow.aws.responses``). A project's Lambda entry
+point is ``from picoflow.aws.api import app, lambda_handler``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ag_ui.core import RunAgentInput
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
@@ -30,6 +33,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
 from picoflow import RunResponse
+from picoflow.aws import agui_route
 from picoflow.aws.cors import cors_config
 from picoflow.aws.deadline import turn_deadline, wait_limit
 from picoflow.aws.erasure import ErasedEnvelope, erase_owner
@@ -70,10 +74,14 @@ from picoflow.errors import (
 )
 from picoflow.files.intake import TakenFiles, open_upload, take_files
 from picoflow.files.store import UploadTicket
+from picoflow.protocols.agui import EVENT_STREAM
 from picoflow.results import wire_approval
 from picoflow.wire import JSON, RETRY_AFTER_HEADER, requested_session
 
-__all__ = ["app", "lambda_handler", "openapi_schema", "read_session", "stream_turn"]
+__all__ = ["app", "lambda_handler", "openapi_schema", "read_session", "stream_protocol", "stream_turn"]
+
+#: Streams the open protocols' routes as they happen under ``picoflow serve`` (``POST /ag-ui/{flowName}``).
+stream_protocol = agui_route.stream_agui
 
 API_TITLE = "PicoFlow API"
 API_VERSION = "1.0.0"
@@ -329,6 +337,79 @@ def erase_me() -> Response[str]:
         return failure(503, code, "", _request_id(), {RETRY_AFTER_HEADER: str(RETRY_AFTER_SECONDS[code])})
     metrics.add_metric(name="PrincipalsErased", unit=MetricUnit.Count, value=1)
     return envelope(200, {"success": True, "sessions": erased.sessions, "files": erased.files})
+
+
+@app.post(
+    "/ag-ui/<flowName>",
+    summary="Run one turn of a flow over AG-UI",
+    description="An AG-UI RunAgentInput; the threadId is the session. The answer is the run's AG-UI event stream "
+    "(text/event-stream), all at once when the turn has ended (picoflow serve streams it as it happens).",
+    responses={
+        200: {"description": "The run's AG-UI events, RUN_STARTED first, RUN_FINISHED or RUN_ERROR last.",
+              "content": {EVENT_STREAM: {}}},
+        **_documented(TurnEnvelope, {400: "Malformed body, a message too long, or an unknown flow."}),
+    },
+)
+def agui_run(flowName: str, run: RunAgentInput) -> Response[str]:  # noqa: N803 - the route's own spelling
+    runtime, request_id = get_runtime(), _request_id()
+    read = agui_route.read_agui(flowName, app.current_event.json_body, runtime)
+    if isinstance(read, Refusal):
+        return _refuse(read)
+    body = agui_route.buffered_agui(flowName, read[0], read[1], caller=_caller(), context=app.lambda_context,
+                                    request_id=request_id)
+    return Response(status_code=200, content_type=EVENT_STREAM, body=body,
+                    headers={"Cache-Control": "no-cache"})
+
+
+@app.post(
+    "/mcp",
+    summary="The flows as an MCP server (streamable HTTP, stateless, JSON answers)",
+    description="One MCP tool per flow, named after it: input {message, session?, approvals?}, structured output "
+    "{message, session, completed, pendingApprovals}. The session's owner is the caller's principal.",
+    responses={200: {"description": "The JSON-RPC answer.", "content": {JSON: {}}},
+               202: {"description": "A notification or response was accepted."}},
+)
+def mcp_endpoint() -> Response[str]:
+    # Imported on first use: the MCP server's web stack is not every invocation's cold start.
+    from picoflow.aws.mcp_route import answer_mcp
+
+    return _asgi_answer(answer_mcp(app.current_event.raw_event, app.lambda_context, caller=_caller(),
+                                   request_id=_request_id()))
+
+
+@app.get("/a2a/<flowName>/.well-known/agent-card.json", summary="A flow's A2A agent card")
+def a2a_card(flowName: str) -> Response[str]:  # noqa: N803 - the route's own spelling
+    return _a2a(flowName)
+
+
+@app.post(
+    "/a2a/<flowName>",
+    summary="A flow as an A2A agent (JSON-RPC: SendMessage, SendStreamingMessage)",
+    description="contextId is the session; a turn with pending approvals is input-required, a failed one failed.",
+    responses={200: {"description": "The JSON-RPC answer (a streaming send: its events, all at once).",
+                     "content": {JSON: {}, EVENT_STREAM: {}}}},
+)
+def a2a_rpc(flowName: str) -> Response[str]:  # noqa: N803 - the route's own spelling
+    return _a2a(flowName)
+
+
+def _a2a(flow_name: str) -> Response[str]:
+    if flow_name not in get_runtime().engine.get_flow_names():
+        return failure(404, "NOT_FOUND", _named_session(), _request_id())
+    # Imported on first use: the A2A SDK is not every invocation's cold start.
+    from picoflow.aws.a2a_route import answer_a2a
+
+    return _asgi_answer(answer_a2a(app.current_event.raw_event, flow_name, app.lambda_context, caller=_caller(),
+                                   request_id=_request_id()))
+
+
+def _asgi_answer(answer: dict[str, Any]) -> Response[str]:
+    """An ASGI application's proxy response (from Mangum) as this resolver's response."""
+    headers = {name: value for name, value in (answer.get("headers") or {}).items()
+               if name.lower() not in ("content-type", "content-length")}
+    content_type = (answer.get("headers") or {}).get("content-type") or JSON
+    return Response(status_code=int(answer["statusCode"]), content_type=content_type, body=answer.get("body") or "",
+                    headers=headers)
 
 
 if (os.environ.get("PICOFLOW_SWAGGER") or "").lower() == "true":

@@ -3,7 +3,9 @@
 Python Lambda functions cannot stream an HTTP response, but an API Gateway WebSocket API lets a function post
 any number of messages to a connection (``apigatewaymanagementapi``'s ``PostToConnection``). A message is the
 body of ``POST /ai/run`` plus the two headers it cannot carry: ``{"flowName", "message"?, "config"?, "files"?,
-"session"?, "idempotencyKey"?}``, read by the same rules. Every event is posted as ``{"event", "data"}``.
+"session"?, "idempotencyKey"?}``, read by the same rules. Every event is posted as ``{"event", "data"}``; one
+larger than a WebSocket message may be (API Gateway's 128 KB) is posted as ``part`` messages the client joins back
+into it (``Reassembler``), so every turn still ends with exactly one final event however long its reply.
 
 The caller is authenticated once, when the connection opens: ``$connect``'s authorizer
 (``picoflow.aws.ws_authorizer``) checks the JWT and hands the principal to every later message of the
@@ -37,6 +39,11 @@ KEY_FIELD = "idempotencyKey"
 POST_TIMEOUTS = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2})
 
 _OK = {"statusCode": 200}
+#: API Gateway's limit on one WebSocket message (``PostToConnection`` refuses more with ``PayloadTooLargeException``).
+MAX_MESSAGE_BYTES = 128 * 1024
+PART_EVENT = "part"
+# Room left in a part for its envelope: {"event": "part", "data": {"seq", "index", "count", "text"}}.
+_PART_OVERHEAD = 256
 
 
 def handle(event: Mapping[str, Any], context: InvocationContext | None, client: Any = None) -> dict[str, Any]:
@@ -94,14 +101,70 @@ def management_client(request: Mapping[str, Any]) -> Any:
 def poster(client: Any, connection_id: str) -> Deliver:
     """Posts each event to ``connection_id``; reports the client gone once the connection is."""
 
+    sequence = 0
+
     def deliver(event: TurnEvent) -> bool:
-        try:
-            client.post_to_connection(ConnectionId=connection_id, Data=event_json(event).encode("utf-8"))
-        except client.exceptions.GoneException:
-            return False
-        except (ClientError, BotoCoreError) as exc:
-            # One lost event (a throttled or failed post) must not stop the turn; later events may still land.
-            logger.warning("Could not post an event", extra={"event": event.event, "errorType": type(exc).__name__})
+        nonlocal sequence
+        sequence += 1
+        for message in messages(event_json(event), sequence):
+            try:
+                client.post_to_connection(ConnectionId=connection_id, Data=message.encode("utf-8"))
+            except client.exceptions.GoneException:
+                return False
+            except (ClientError, BotoCoreError) as exc:
+                # One lost event (a throttled or failed post) must not stop the turn; later events may still land.
+                logger.warning("Could not post an event",
+                               extra={"event": event.event, "errorType": type(exc).__name__})
+                return True
         return True
 
     return deliver
+
+
+def messages(text: str, sequence: int, limit: int = MAX_MESSAGE_BYTES) -> list[str]:
+    """The WebSocket messages carrying one event's JSON ``text``: itself, or ``part`` messages when it is too large.
+
+    Part ``index`` of ``count`` holds the next slice of ``text``; parts of one event share ``seq``. ``text`` is
+    ASCII (``json.dumps`` escapes the rest), so its length is its size in bytes.
+    """
+    if len(text) <= limit:
+        return [text]
+    budget = limit - _PART_OVERHEAD
+    slices: list[str] = []
+    start = 0
+    while start < len(text):
+        piece = text[start:start + budget]
+        # Quotes and backslashes are escaped once more inside the part: take fewer characters until it fits.
+        # Half the budget always fits, as escaping at most doubles a slice.
+        while (excess := len(piece) + piece.count('"') + piece.count("\\") - budget) > 0:
+            piece = piece[: max(budget // 2, len(piece) - excess)]
+        slices.append(piece)
+        start += len(piece)
+    return [json.dumps({"event": PART_EVENT, "data": {"seq": sequence, "index": index, "count": len(slices),
+                                                        "text": piece}})
+            for index, piece in enumerate(slices)]
+
+
+class Reassembler:
+    """Joins ``part`` messages back into the event they carry: what a client of this API does with each message.
+
+    ``add`` takes one message's JSON and returns the ``{"event", "data"}`` it completes, or None while parts of
+    an event are still missing.
+    """
+
+    def __init__(self) -> None:
+        self._parts: dict[int, list[str | None]] = {}
+
+    def add(self, message: str) -> dict[str, Any] | None:
+        """The event ``message`` is or completes; None when it is a part and more are to come."""
+        decoded: dict[str, Any] = json.loads(message)
+        if decoded.get("event") != PART_EVENT:
+            return decoded
+        data = decoded["data"]
+        parts = self._parts.setdefault(int(data["seq"]), [None] * int(data["count"]))
+        parts[int(data["index"])] = str(data["text"])
+        if any(part is None for part in parts):
+            return None
+        del self._parts[int(data["seq"])]
+        event: dict[str, Any] = json.loads("".join(part or "" for part in parts))
+        return event

@@ -98,3 +98,11 @@ def handler_streamer(handler: LambdaHandler) -> StreamTurn | None:
     module = sys.modules.get(getattr(handler, "__module__", "") or "")
     streamer = getattr(module, "stream_turn", None)
     return streamer if callable(streamer) else None
+
+
+def protocol_streamer(handler: LambdaHandler) -> StreamTurn | None:
+    """The ``stream_protocol`` its module offers beside ``handler`` (``picoflow.aws.api`` does), if any: it streams
+    the open protocols' routes (AG-UI), handing it encoded frames, and returns False for any other request."""
+    module = sys.modules.get(getattr(handler, "__module__", "") or "")
+    streamer = getattr(module, "stream_protocol", None)
+    return streamer if callable(streamer) else None

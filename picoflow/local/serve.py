@@ -37,6 +37,7 @@ from picoflow.local.project import (
     check_flow_modules,
     handler_streamer,
     load_handler,
+    protocol_streamer,
 )
 from picoflow.local.readiness import startup_warnings
 from picoflow.wire import JSON
@@ -95,6 +96,8 @@ class LambdaHTTPServer(ThreadingHTTPServer):
         self.uploads = uploads
         #: The page and ``GET /ai/session``, answered before (and instead of) the handler; None: handler only.
         self.inspector = inspector
+        #: Streams the open protocols' routes (``POST /ag-ui/{flowName}``) as server-sent events; None: buffered.
+        self.stream_protocol: StreamTurn | None = None
         # Like one Lambda execution environment: one event at a time. Powertools also keeps the
         # current event in process-wide state, so concurrent invocations would see each other's.
         self.invoke_lock = threading.Lock()
@@ -181,6 +184,8 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         streamed = method == "POST" and path == RUN_PATH and EVENT_STREAM in (self.headers.get("Accept") or "")
         if streamed and self._stream_turn(event):
             return
+        if method == "POST" and self._stream_protocol(event):
+            return
         try:
             with self.server.invoke_lock:
                 result = self.server.lambda_handler(event, FakeLambdaContext(timeout_ms=_function_timeout_ms()))
@@ -206,6 +211,26 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
             return self._send_event(turn_event)
 
         return self.server.stream_turn(event, deliver, FakeLambdaContext(timeout_ms=_function_timeout_ms()))
+
+    def _stream_protocol(self, event: dict[str, Any]) -> bool:
+        """Answer an open protocol's streamed route frame by frame; False (nothing sent) for any other request."""
+        if self.server.stream_protocol is None:
+            return False
+        started = False
+
+        def deliver(frame: Any) -> bool:
+            nonlocal started
+            if not started:
+                started = True
+                self._start_event_stream()
+            try:
+                self.wfile.write(str(frame).encode("utf-8"))
+                self.wfile.flush()
+            except OSError:
+                return False
+            return True
+
+        return self.server.stream_protocol(event, deliver, FakeLambdaContext(timeout_ms=_function_timeout_ms()))
 
     def _start_event_stream(self) -> None:
         self.send_response(200)
@@ -373,7 +398,9 @@ def make_server(
     """
     handler = load_handler(handler)
     pages = Inspector(session_reader(handler)) if inspector is True else inspector or None
-    return LambdaHTTPServer((host, port), handler, pages, local_uploads(), handler_streamer(handler))
+    server = LambdaHTTPServer((host, port), handler, pages, local_uploads(), handler_streamer(handler))
+    server.stream_protocol = protocol_streamer(handler)
+    return server
 
 
 def local_uploads() -> LocalFileStore | None:
@@ -426,7 +453,7 @@ def serve(
     store = os.environ["SESSION_STORE"]
     where = f" in {os.environ['SQLITE_PATH']}" if store.strip().upper() == "SQLITE" else ""
     print(f"PicoFlow API listening on {server.url} (session store {store}{where})", flush=True)
-    routes = "POST /ai/run, POST /ai/files, POST /ai/end, GET /ai/flows, GET /health"
+    routes = "POST /ai/run, POST /ai/files, POST /ai/end, GET /ai/flows, GET /health, POST /ag-ui/<flowName>"
     if server.uploads is not None:
         routes += f"; uploads: PUT /ai/uploads/<fileId> into {os.environ['FILES_FOLDER']}"
     if inspector:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from picoflow.errors import IllegalConversationError, PicoFlowError, ScriptedModelError, ScriptExhaustedError
 from picoflow.files.refs import KNOWN_TYPES
+from picoflow.messages import FINISH_KEYS
 from picoflow.models.calls import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
 from picoflow.models.registry import ModelProvider, ModelSelection
 from picoflow.parsing import strip_fence
@@ -66,7 +67,9 @@ class ScriptedProvider(ModelProvider):
 
     With ``strict`` (the default) every request is checked against the Chat Completions rules first (see
     ``conversation_problems`` below): a conversation the real service would refuse fails here too.
-    A provider block is scripted as ``{"response_metadata": {"finish_reason": "content_filter"}}``.
+    A provider block is scripted as ``{"response_metadata": {"finish_reason": "content_filter"}}``, and a stream cut
+    before its end (no finish reason, as when a proxy closes the connection) as ``{"response_metadata":
+    {"finish_reason": None}}``.
 
     For each call, ``calls`` holds copies of the messages the model received, ``tools`` the names of the
     tools bound to it, ``purposes`` its purpose and ``selections`` the model selection it was built for. Every
@@ -268,6 +271,9 @@ class _Turn:
         if isinstance(reply, AIMessage):
             message = reply.model_copy(deep=True)
             message.tool_calls = _with_ids(message.tool_calls, call_number, provider_name)
+            if not any(key in message.response_metadata for key in FINISH_KEYS):
+                # A whole reply ends with a reason, as every provider's does (a stream without one was cut).
+                message.response_metadata["finish_reason"] = "tool_calls" if message.tool_calls else "stop"
             return cls(message=message, error=None, delay=0.0)
         delay = float(reply.get("delay") or 0)
         chunk_delay = float(reply.get("chunk_delay") or 0)

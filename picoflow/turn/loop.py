@@ -733,7 +733,9 @@ async def _attempts(
     model = runtime.providers.chat_model(selection)
     specs = [flow.run_context.require_tool(name, flow.id) for name in offer.tools]
     schema = step.struct_output_schema()
-    policy_ms = step.get_llm_call_policy().timeout_ms
+    policy = step.get_llm_call_policy()
+    policy_ms = policy.timeout_ms
+    stall = policy.stall_ms / 1000 if policy.stall_ms else None
     # Tools offered from MCP servers come with their servers' schemas (listed when first needed).
     offered = [] if schema is not None else [t.as_model_tool() for t in (await offer.mcp_tools(step)).tools.values()]
     tools = [spec.as_model_tool() for spec in specs] + offered
@@ -768,12 +770,14 @@ async def _attempts(
         sink = streaming.reply_sink(flow, step) if schema is None and flow.run_context.events is not None else None
         try:
             with telemetry.model_call(selection, "chat", step.id, request) as traced:
-                call = called.ainvoke(request) if sink is None else streaming.streamed_call(called, request, sink)
+                call = (called.ainvoke(request) if sink is None
+                        else streaming.streamed_call(called, request, sink, stall))
                 output = traced.answered(await _invoke(call, timeout, signal, step.id))
         except TimeoutError as exc:
             # Without a turn deadline or call policy the timeout is the provider's own.
             limit = "its time limit" if timeout is None else f"{timeout * 1000:.0f} ms"
-            failure = _Failure("invocation_error", "timeout", f"the model call exceeded {limit}", attempt, exc)
+            problem = str(exc) if isinstance(exc, streaming.StalledReplyError) else f"the model call exceeded {limit}"
+            failure = _Failure("invocation_error", "timeout", problem, attempt, exc)
             flow.logger.warn("model attempt timed out", step=step.id, attempt=attempt)
         except ParallelCancelledError:
             raise

@@ -7,15 +7,25 @@ output answer as a whole. The loop decides what the reply is; this module only s
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, message_chunk_to_message
 
 from picoflow.events import EventSink
-from picoflow.messages import content_text
+from picoflow.messages import content_text, finish_reason
 from picoflow.run_context import execution_frames, worker_view
 from picoflow.step import Step
 from picoflow.wire import PLAIN_TEXT
+
+
+class IncompleteReplyError(ConnectionError):
+    """A streamed reply ended without the provider saying why: its connection was cut (an idle timeout, a proxy
+    closing a close-delimited body), so the text is a fragment. A connection failure, hence retried."""
+
+
+class StalledReplyError(TimeoutError):
+    """A streamed reply sent no chunk for the call policy's ``stall_ms``."""
 
 
 def turn_sink(flow: Any) -> EventSink | None:
@@ -47,18 +57,29 @@ def announce_tools(flow: Any, ai: AIMessage) -> None:
             sink.progress("tool", call["name"])
 
 
-async def streamed_call(runnable: Any, request: list[BaseMessage], sink: EventSink) -> AIMessage:
+async def streamed_call(
+    runnable: Any, request: list[BaseMessage], sink: EventSink, stall: float | None = None
+) -> AIMessage:
     """One model call through LangChain's ``astream``, its text sent to ``sink`` piece by piece.
 
     The chunks are merged into the message ``ainvoke`` would have returned (usage, finish reason and tool calls
-    included). A call that fails part-way takes back what it showed.
+    included). Each chunk must come within ``stall`` seconds (``StalledReplyError``), and the reply must end with
+    the provider's finish reason (``IncompleteReplyError``): both count as a failed call. A call that fails
+    part-way takes back what it showed.
     """
     # A new call's text replaces whatever an earlier call of this turn showed.
     sink.reset()
     chunks: list[AIMessageChunk] = []
     calling = False
+    stream = aiter(runnable.astream(request))
     try:
-        async for chunk in runnable.astream(request):
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(stream), stall)
+            except StopAsyncIteration:
+                break
+            except TimeoutError as exc:
+                raise StalledReplyError(f"no chunk of the reply for {stall:g} s") from exc
             chunks.append(chunk)
             # Once the model turns to a tool, its words so far were not the reply, nor are any that follow.
             calling = calling or bool(chunk.tool_call_chunks)
@@ -66,11 +87,18 @@ async def streamed_call(runnable: Any, request: list[BaseMessage], sink: EventSi
                 sink.reset()
             else:
                 sink.delta(content_text(chunk.content))
+        if not chunks:
+            raise IncompleteReplyError("the reply's stream ended before its first chunk")
+        # Merged once at the end: merging chunk by chunk would copy the growing message at every chunk.
+        merged = message_chunk_to_message(chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0])
+        if finish_reason(merged.response_metadata) is None:
+            raise IncompleteReplyError("the reply's stream ended without a finish reason")
     except BaseException:
         sink.reset()
         raise
-    if not chunks:
-        return AIMessage(content="")
-    # Merged once at the end: merging chunk by chunk would copy the growing message at every chunk.
-    message = message_chunk_to_message(chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0])
-    return message if isinstance(message, AIMessage) else AIMessage(content=message.content)
+    finally:
+        closing = getattr(stream, "aclose", None)
+        if closing is not None:
+            await closing()
+    return merged if isinstance(merged, AIMessage) else AIMessage(content=merged.content,
+                                                                  response_metadata=merged.response_metadata)

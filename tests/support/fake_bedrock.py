@@ -42,8 +42,9 @@ def event_frame(event_type: str, payload: dict[str, Any]) -> bytes:
     return message + struct.pack(">I", binascii.crc32(message))
 
 
-def converse_stream_frames(payload: dict[str, Any]) -> bytes:
-    """A Converse response as ConverseStream's events: text word by word, tool input whole, usage last."""
+def converse_stream_frames(payload: dict[str, Any], *, ended: bool = True) -> bytes:
+    """A Converse response as ConverseStream's events: text word by word, tool input whole, usage last; not
+    ``ended``, the stream stops before ``messageStop`` (as a cut connection would)."""
     frames = [event_frame("messageStart", {"role": "assistant"})]
     for index, block in enumerate(payload["output"]["message"]["content"]):
         if "text" in block:
@@ -56,8 +57,9 @@ def converse_stream_frames(payload: dict[str, Any]) -> bytes:
             frames.append(event_frame("contentBlockDelta", {"delta": {"toolUse": {"input": json.dumps(use["input"])}},
                                                             "contentBlockIndex": index}))
         frames.append(event_frame("contentBlockStop", {"contentBlockIndex": index}))
-    frames.append(event_frame("messageStop", {"stopReason": payload["stopReason"]}))
-    frames.append(event_frame("metadata", {"usage": payload["usage"], "metrics": payload["metrics"]}))
+    if ended:
+        frames.append(event_frame("messageStop", {"stopReason": payload["stopReason"]}))
+        frames.append(event_frame("metadata", {"usage": payload["usage"], "metrics": payload["metrics"]}))
     return b"".join(frames)
 
 
@@ -80,8 +82,10 @@ class FakeBedrock:
     as ``inputTokens``, ``cacheReadInputTokens`` and ``cacheWriteInputTokens``.
     """
 
-    def __init__(self, responses: list[Any], *, cache: BlockPrefixCache | None = None) -> None:
+    def __init__(self, responses: list[Any], *, cache: BlockPrefixCache | None = None, cut: int = 0) -> None:
         self._responses = list(responses)
+        #: How many of the first streamed answers stop before their end.
+        self.cut = cut
         self.cache = cache
         self.requests: list[dict[str, Any]] = []
         self.sizes: list[int] = []
@@ -99,7 +103,9 @@ class FakeBedrock:
             return answer
         payload = json.loads(answer.raw.data)
         headers = {"Content-Type": "application/vnd.amazon.eventstream"}
-        return AWSResponse(request.url, 200, headers, _Raw(converse_stream_frames(payload)))
+        ended = self.cut <= 0
+        self.cut -= 1
+        return AWSResponse(request.url, 200, headers, _Raw(converse_stream_frames(payload, ended=ended)))
 
     def _send(self, request: Any, **_: Any) -> AWSResponse:
         data = request.body if isinstance(request.body, bytes) else (request.body or b"").encode()

@@ -450,34 +450,51 @@
     showAttached();
     ui.message.value = '';
     userTurn(files.length ? `${text}${text ? '\n' : ''}${files.map((file) => `📎 ${file.name}`).join('\n')}` : text);
+    // One key per turn: a retry of this turn sends it again, so a turn that did commit is not run twice.
+    await attemptTurn({ payload, files, key: crypto.randomUUID(), session: state.session });
+  }
+
+  /** The codes the API answers with Retry-After: the turn was not applied (or may have been) and may pass again. */
+  const RETRYABLE = new Set([
+    'SESSION_CONFLICT', 'SESSION_STORE_ERROR', 'FILE_STORE_ERROR', 'SESSION_OUTCOME_UNKNOWN', 'TURN_DEADLINE',
+    'MODEL_UNAVAILABLE', 'MODEL_TIMEOUT', 'MODEL_THROTTLED', 'MCP_UNAVAILABLE',
+  ]);
+
+  /** Runs one attempt of ``turn``; a failure a retry may fix offers a Retry button that sends it again. */
+  async function attemptTurn(turn) {
     setBusy(true);
-    setStatus(files.length ? 'Uploading…' : 'Waiting for the flow…');
+    setStatus(turn.files.length ? 'Uploading…' : 'Waiting for the flow…');
     const pending = addToTranscript(el('li', { class: 'turn bot pending' }, el('div', { class: 'who' }, 'bot'), '…'));
     let completed = false;
+    let retryable = false;
     try {
       const headers = { 'Content-Type': 'application/json' };
-      if (state.session) headers[SESSION_HEADER] = state.session;
-      const runHeaders = { ...headers, Accept: 'text/event-stream' };
-      const uploads = [];
-      for (const file of files) uploads.push(await uploadFile(file, headers));
-      const failed = uploads.find((upload) => upload.error);
-      if (failed) throw new Error(failed.error);
-      if (uploads.length) payload.files = uploads.map((upload) => upload.id);
+      if (turn.session) headers[SESSION_HEADER] = turn.session;
+      const runHeaders = { ...headers, Accept: 'text/event-stream', 'Idempotency-Key': turn.key };
+      if (!turn.payload.files && turn.files.length) {
+        const uploads = [];
+        for (const file of turn.files) uploads.push(await uploadFile(file, headers));
+        const failed = uploads.find((upload) => upload.error);
+        if (failed) throw new Error(failed.error);
+        turn.payload.files = uploads.map((upload) => upload.id);
+      }
       setStatus('Waiting for the flow…');
       const response = await fetchWithTimeout('/ai/run', {
-        method: 'POST', headers: runHeaders, body: JSON.stringify(payload),
+        method: 'POST', headers: runHeaders, body: JSON.stringify(turn.payload),
       });
       let returned = response.headers.get(SESSION_HEADER);
       const contentType = response.headers.get('Content-Type') || '';
       if (contentType.startsWith('text/event-stream')) {
         const ended = await streamReply(response, pending);
         completed = ended.completed;
+        retryable = ended.retryable;
         returned = ended.session || returned;
       } else if (contentType.startsWith('application/json')) {
         pending.remove();
         const body = await response.clone().json().catch(() => null);
         if (body && typeof body === 'object' && 'success' in body) {
           completed = showEnvelope(response.status, body);
+          retryable = !body.success && RETRYABLE.has(body.code);
         } else {
           botTurn(contentType, await replyContent(response, contentType));
         }
@@ -495,7 +512,9 @@
       pending.remove();
       note(error.name === 'AbortError' ? 'No answer in time.' : `Could not send the turn: ${error.message}`, true);
       setStatus('Request failed', true);
+      retryable = true;
     }
+    if (retryable) offerRetry(turn);
     if (completed) {
       // The document stays readable, but the next message starts a new session (with the config again).
       note('Session completed. The next message starts a new session.');
@@ -506,6 +525,18 @@
     document.body.dataset.turns = String(state.turns);
     setBusy(false);
     ui.message.focus();
+  }
+
+  /** A note with a Retry button that sends ``turn`` again with its own Idempotency-Key. */
+  function offerRetry(turn) {
+    const button = el('button', { type: 'button', class: 'retry' }, 'Retry');
+    const item = note('', true);
+    item.append(button);
+    button.addEventListener('click', () => {
+      if (state.busy) return;
+      item.remove();
+      attemptTurn(turn);
+    });
   }
 
   /** The server-sent events of a streamed turn, each as soon as its blank line has arrived. */
@@ -566,7 +597,7 @@
     if (!final) {
       if (live) discard(live, 'not kept');
       note('The stream ended before the turn did.', true);
-      return { session: null, completed: false };
+      return { session: null, completed: false, retryable: true };
     }
     const body = final.data;
     let completed = false;
@@ -582,7 +613,7 @@
       if (live) discard(live, 'discarded');
       completed = showEnvelope(200, body);
     }
-    return { session: body.session, completed };
+    return { session: body.session, completed, retryable: final.name === 'aborted' && RETRYABLE.has(body.code) };
   }
 
   /** Shows a JSON envelope; returns whether the flow completed. */

@@ -1,0 +1,48 @@
+// Drives @ag-ui/client's HttpAgent through several runs of one thread and prints what it saw, as JSON.
+// Usage: node agui_client.cjs '{"url", "threadId", "runs": [{"message", "history"?, "resume"?}], "headers", "modules"}'
+const { createRequire } = require('node:module');
+
+const config = JSON.parse(process.argv[2]);
+const { HttpAgent } = createRequire(`${config.modules}/`)('@ag-ui/client');
+
+async function main() {
+  const agent = new HttpAgent({ url: config.url, threadId: config.threadId, headers: config.headers });
+  const seen = [];
+  let count = 0;
+  for (const run of config.runs) {
+    if (run.history) agent.setMessages(run.history);
+    if (run.message !== undefined) {
+      count += 1;
+      agent.addMessage({ id: `user-${count}`, role: 'user', content: run.message });
+    }
+    const types = [];
+    let finished = null;
+    let error = null;
+    let result = null;
+    try {
+      const answer = await agent.runAgent(run.resume ? { resume: run.resume } : {}, {
+        onEvent({ event }) {
+          types.push(event.type);
+          if (event.type === 'RUN_FINISHED') finished = event;
+          if (event.type === 'RUN_ERROR') error = { message: event.message, code: event.code };
+        },
+      });
+      result = answer.result ?? null;
+    } catch (failure) {
+      error = error || { message: String(failure && failure.message) };
+    }
+    seen.push({
+      types, result, error,
+      outcome: finished && finished.outcome ? finished.outcome.type : null,
+      interrupts: finished && finished.outcome ? finished.outcome.interrupts || [] : [],
+      messages: agent.messages.map((m) => ({ id: m.id, role: m.role, content: m.content })),
+      state: agent.state,
+    });
+  }
+  process.stdout.write(JSON.stringify(seen));
+}
+
+main().catch((failure) => {
+  process.stderr.write(String(failure && failure.stack));
+  process.exit(1);
+});
