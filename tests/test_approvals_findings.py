@@ -72,7 +72,8 @@ def _fresh_world() -> None:
 async def retried_turn(store: MemorySessionStore, session: str) -> list[str]:
     """A turn whose first attempt refunds A1 and fails; its retry refunds B2 first, then replays A1."""
     ask = "Refund A1 and B2."
-    failed = await engine(store, calls("refund", "A1"), {"error": "down", "status": 400}).run("LedgerFlow", ask, session)
+    failing = engine(store, calls("refund", "A1"), {"error": "down", "status": 400})
+    failed = await failing.run("LedgerFlow", ask, session)
     assert failed.error_code == "MODEL_UNAVAILABLE"
     retried = await engine(store, calls("refund", "B2"), calls("refund", "A1"), {"content": "Both done."}).run(
         "LedgerFlow", ask, session)
@@ -113,3 +114,4 @@ async def test_an_approved_call_whose_stored_arguments_changed_does_not_run() ->
         "LedgerFlow", None, paused.session, approvals=[{"id": waiting["id"], "approved": True}])
     # The user approved paying 20.00: 20,000 must not be paid (today it is).
     assert "payout A1 20000.00" not in PAID, decided
+

@@ -11,6 +11,7 @@ inspector's approvals panel.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import threading
 import warnings
@@ -22,6 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from picoflow.aws import runtime as aws_runtime
+from picoflow.local.chat import chat
 from picoflow.local.inspector import Inspector
 from picoflow.local.serve import make_server
 from picoflow.local.tool_catalog import cached, tool_catalog
@@ -74,7 +76,8 @@ def test_the_catalog_names_each_flows_tools_and_leaves_out_flows_that_need_a_req
 def desk_handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``picoflow.aws.api`` with a fresh engine: the refund desk, a scripted model and the in-memory store."""
     script = tmp_path / "script.json"
-    replies = [refund("A1", 42.5, "Once you approve."), {"content": "Refunded."}]
+    replies = [refund("A1", 42.5, "Once you approve."), {"content": "Refunded."},
+               refund("B2", 10, "Waiting for you."), {"content": "Not refunded."}]
     script.write_text(json.dumps(replies), encoding="utf-8")
     monkeypatch.setenv("SESSION_STORE", "MEMORY")
     monkeypatch.setenv("PICOFLOW_FLOWS", FLOWS)
@@ -147,6 +150,26 @@ def test_the_local_routes_give_the_tools_and_the_sessions_approvals(desk_handler
 def test_without_a_catalog_the_tools_route_is_left_to_the_handler(start_server):
     url = start_server(inspector=Inspector(None))
     assert request(url, "GET", "/ai/tools")[0] == 404
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_the_terminal_chat_prints_waiting_calls_and_sends_approve_and_deny(desk_handler, start_server):
+    url = start_server()
+    script = "/approve\nPlease refund A1\n/approve\nAnd B2\n/approve nonsense\n/deny wrong order\n/deny\n"
+    out = io.StringIO()
+    assert chat("DeskFlow", url, stdin=io.StringIO(script), stdout=out) == 0
+    text = out.getvalue()
+    assert text.count("[no call is waiting for your decision]") == 2  # before the first turn, and at the end
+    assert '[waiting for your decision: refund {"order": "A1", "amount": 42.5} (ap_' in text
+    assert "DeskFlow> Refunded." in text
+    assert "[/approve takes no reason]" in text
+    assert "DeskFlow> Not refunded." in text
+    runtime = aws_runtime.get_runtime()
+    [session] = {line.split()[1].rstrip("]") for line in text.splitlines() if line.startswith("[session ")}
+    doc = runtime.call(runtime.engine.session_store.load(session))
+    assert doc is not None
+    assert [(a.status, a.reason) for a in doc.approvals] == [("approved", None), ("denied", "wrong order")]
+    assert doc.flow.steps[0].state["refunds"] == ["A1"]
 
 
 # -- the page in a browser ----------------------------------------------------------------------------
@@ -265,6 +288,14 @@ def test_the_user_approves_and_denies_in_the_page_and_a_reviewers_call_only_wait
         assert waiting.locator('[data-fact="decidedBy"]').text_content() == "—"
         assert waiting.locator('[data-fact="expiresAt"]').text_content() == \
             api.stored_sessions()[page_session(page)]["approvals"][2]["expiresAt"]
+
+        # Reopened from the address, the page shows the call still waiting, and only that one.
+        page.goto(f"{api.url}/?session={page_session(page)}", timeout=PAGE_TIMEOUT_MS)
+        page.wait_for_selector("body[data-ready=true]")
+        reopened = page.locator("#transcript li.approval")
+        assert reopened.count() == 1 and reopened.get_attribute("data-state") == "waiting"
+        assert json.loads(reopened.locator("pre.args").text_content()) == {"order": "C3", "amount": 5}
+        assert page.locator("#approvals li.approval-entry").count() == 3
         assert problems == []
     finally:
         api.stop()
