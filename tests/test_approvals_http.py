@@ -15,8 +15,8 @@ import pytest
 
 import handlers.api as api
 from picoflow.aws import runtime as aws_runtime
-from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.aws.api import openapi_schema
+from picoflow.aws.apigw import FakeLambdaContext, http_event
 from tests.support import desk_flows
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")

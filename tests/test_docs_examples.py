@@ -39,8 +39,8 @@ from typing import Any
 
 import pytest
 
-from picoflow.aws.requests import FileUploadRequest, RunRequest
-from picoflow.aws.responses import EndEnvelope, TurnEnvelope
+from picoflow.aws.requests import FileUploadRequest, ReviewRequest, RunRequest
+from picoflow.aws.responses import EndEnvelope, ReviewList, TurnEnvelope
 from picoflow.aws.streams import StreamedTurn
 from picoflow.aws.websocket import read_message
 from picoflow.errors import public_message
@@ -112,6 +112,8 @@ JSON_KINDS: dict[str, Callable[[Any], Any]] = {
     "POST /ai/end response": EndEnvelope.model_validate,
     "POST /ai/files request": FileUploadRequest.model_validate,
     "GET /ai/flows response": _flow_names,
+    "POST /ai/approvals request": ReviewRequest.model_validate,
+    "GET /ai/approvals response": ReviewList.model_validate,
     "Scripted replies": ScriptedProvider,
     "Conversation": _conversation,
     "Scenario": Scenario.model_validate,

@@ -3,6 +3,9 @@
 Each input line is one turn (``POST /ai/run``), asked for as server-sent events so the reply is printed as
 the model writes it; the session id the turn reports is sent back on the next turn. ``/end`` deletes the
 session (``POST /ai/end``), a blank line is ignored and end of input quits.
+
+A tool call waiting for a decision is printed with its arguments; ``/approve [ID]`` and ``/deny [ID] [REASON]``
+decide it (the id may be left out while a single call waits for the user), as a turn of its own.
 """
 
 from __future__ import annotations
@@ -66,8 +69,8 @@ class ChatClient:
         self.flow = flow
         self.config = config
         self.session: str | None = None
-        #: The tool calls the last reply left waiting for the user's decision (``pendingApprovals``).
-        self.waiting: list[dict[str, Any]] = []
+        #: The tool calls the last turn left waiting for a decision (its envelope's ``pendingApprovals``).
+        self.pending: list[dict[str, Any]] = []
 
     def send(self, message: str, files: Sequence[str] = (), on_event: OnEvent | None = None,
              approvals: Sequence[dict[str, Any]] | None = None) -> Reply:
@@ -84,13 +87,26 @@ class ChatClient:
             payload["files"] = list(files)
         if self.session is None and self.config is not None:
             payload["config"] = self.config
+        return self._turn(payload, on_event)
+
+    def decide(
+        self, approval_id: str, approved: bool, reason: str | None = None, on_event: OnEvent | None = None
+    ) -> Reply:
+        """Send the user's decision on the waiting call ``approval_id`` (a turn without a message)."""
+        decision: dict[str, Any] = {"id": approval_id, "approved": approved}
+        if reason:
+            decision["reason"] = reason
+        return self._turn({"flowName": self.flow, "approvals": [decision]}, on_event)
+
+    def _turn(self, payload: dict[str, Any], on_event: OnEvent | None) -> Reply:
         reply = self._post("/ai/run", payload, on_event)
         envelope = reply.envelope
         if envelope is not None and envelope.get("success"):
-            pending = envelope.get("pendingApprovals") or []
-            self.waiting = [item for item in pending if isinstance(item, dict) and item.get("approver") == "user"]
+            waiting = envelope.get("pendingApprovals")
+            self.pending = [item for item in waiting if isinstance(item, dict)] if isinstance(waiting, list) else []
         if envelope is not None and envelope.get("success") and envelope.get("completed"):
             self.session = None
+            self.pending = []
         elif reply.session:
             self.session = reply.session
         return reply
@@ -120,6 +136,7 @@ class ChatClient:
         """Delete the current session on the server."""
         reply = self._post("/ai/end", None)
         self.session = None
+        self.pending = []
         return reply
 
     def _post(self, route: str, payload: dict[str, Any] | None, on_event: OnEvent | None = None) -> Reply:
@@ -199,8 +216,8 @@ def chat(
     def say(text: str) -> None:
         print(text, file=stdout, flush=True)
 
-    say(f"Chatting with {flow} at {client.base_url}. /end deletes the session; /approve or /deny [reason] decide "
-        "waiting tool calls; Ctrl+D quits.")
+    say(f"Chatting with {flow} at {client.base_url}. /end deletes the session; /approve and /deny decide a "
+        "waiting tool call; Ctrl+D quits.")
     while True:
         if interactive:
             stdout.write("you> ")
@@ -212,7 +229,16 @@ def chat(
         if not text:
             continue
         try:
-            if text == "/end":
+            command = text.split(maxsplit=1)[0]
+            if command in ("/approve", "/deny"):
+                chosen = _decision(client, text)
+                if isinstance(chosen, str):
+                    say(chosen)
+                    continue
+                before = client.session
+                printer = _ReplyPrinter(stdout, flow)
+                reply = client.decide(*chosen, on_event=printer)
+            elif text == "/end":
                 if client.session is None:
                     say("[no session to end]")
                     continue
@@ -224,19 +250,46 @@ def chat(
                 else:
                     say(f"[could not end session {ended}: {envelope.get('message') or reply.text}]")
                 continue
-            before = client.session
-            printer = _ReplyPrinter(stdout, flow)
-            decided = _decisions(text, client.waiting)
-            if decided is None and text.startswith(("/approve", "/deny")):
-                say("[nothing is waiting for your decision]")
-                continue
-            reply = client.send("" if decided else text, on_event=printer, approvals=decided)
+            else:
+                before = client.session
+                printer = _ReplyPrinter(stdout, flow)
+                reply = client.send(text, on_event=printer)
         except (urllib.error.URLError, OSError) as error:
             say(f"[cannot reach {client.base_url}: {getattr(error, 'reason', error)}]")
             return 1
         printer.close(reply.streamed and bool((reply.envelope or {}).get("success")))
         _show(say, flow, reply, new_session=reply.session if reply.session != before else None,
               printed=printer.kept)
+        _show_pending(say, client.pending if (reply.envelope or {}).get("success") else [])
+
+
+def _decision(client: ChatClient, text: str) -> tuple[str, bool, str | None] | str:
+    """``/approve [ID]`` or ``/deny [ID] [REASON]`` as ``(id, approved, reason)``, or what to tell the user instead.
+    The id may be left out while exactly one call waits for the user's decision."""
+    command, _, rest = text.partition(" ")
+    approved = command == "/approve"
+    mine = [item for item in client.pending if item.get("approver") == "user"]
+    first, _, remainder = rest.strip().partition(" ")
+    if first and any(item.get("id") == first for item in client.pending):
+        approval_id, reason = first, remainder.strip()
+    elif len(mine) == 1:
+        approval_id, reason = str(mine[0].get("id")), rest.strip()
+    elif not mine:
+        return "[no call is waiting for your decision]"
+    else:
+        return f"[several calls wait for your decision: {command} ID]"
+    if approved and reason:
+        return "[/approve takes no reason]"
+    return approval_id, approved, reason or None
+
+
+def _show_pending(say: Callable[[str], None], pending: list[dict[str, Any]]) -> None:
+    for item in pending:
+        call = f"{item.get('tool')} {json.dumps(item.get('arguments'), ensure_ascii=False)} ({item.get('id')})"
+        if item.get("approver") == "reviewer":
+            say(f"[waiting for a reviewer: {call}]")
+        else:
+            say(f"[waiting for your decision: {call}; /approve or /deny REASON, until {item.get('expiresAt')}]")
 
 
 class _ReplyPrinter:
@@ -291,20 +344,5 @@ def _show(
     if not printed:
         message = envelope.get("message", "")
         say(f"{flow}> {message if isinstance(message, str) else json.dumps(message)}")
-    for item in envelope.get("pendingApprovals") or []:
-        arguments = json.dumps(item.get("arguments"), ensure_ascii=False)
-        if item.get("approver") == "user":
-            say(f"[{item.get('tool')} {arguments} waits for your decision: /approve or /deny [reason]]")
-        else:
-            say(f"[{item.get('tool')} {arguments} waits for a reviewer's decision]")
     if envelope.get("completed"):
         say("[session completed; the next message starts a new one]")
-
-
-def _decisions(text: str, waiting: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """``/approve`` or ``/deny [reason]`` as decisions on every call waiting for the user; None for other text."""
-    command, _, reason = text.partition(" ")
-    if command not in ("/approve", "/deny") or not waiting:
-        return None
-    extra = {"reason": reason.strip()} if command == "/deny" and reason.strip() else {}
-    return [{"id": item["id"], "approved": command == "/approve", **extra} for item in waiting]

@@ -137,7 +137,8 @@ def _replay(client: ChatClient, turns: list[dict[str, Any]], folder: Path) -> tu
     for turn in turns:
         file_ids = [_upload(client, folder, name) for name in turn.get("files", [])]
         decision = turn.get("decision")
-        decisions = [{"id": item["id"], **decision} for item in client.waiting] if decision else None
+        waiting = [item for item in client.pending if item.get("approver") == "user"]
+        decisions = [{"id": item["id"], **decision} for item in waiting] if decision else None
         verdict = "approves" if decision and decision.get("approved") else "declines"
         said = turn.get("user") or f"({verdict} the waiting calls)"
         reply = client.send(turn.get("user") or "", file_ids, approvals=decisions)

@@ -7,6 +7,8 @@ answers them with its own 404:
 * ``GET /ai/session`` with a ``CHAT_SESSION_ID`` header returns that one session document as JSON, read
   through the ``read_session`` function of the handler's module (``picoflow.aws.api`` has one). No CORS
   headers are sent, so only the page itself (same origin) can read it.
+* ``GET /ai/tools`` returns the description of every registered flow's tools (``{flow: {tool: description}}``),
+  so the page can say what a call waiting for the user's decision does (``picoflow.local.tool_catalog``).
 
 The page talks to the API like any other client: ``GET /ai/flows``, ``POST /ai/run``, ``POST /ai/end``.
 """
@@ -22,6 +24,7 @@ from typing import Any
 from picoflow.aws.refusals import INVALID_SESSION_ID
 from picoflow.errors import PicoFlowError, public_message
 from picoflow.lifecycle import SESSION_ID_PATTERN
+from picoflow.local.tool_catalog import CatalogReader
 from picoflow.wire import JSON, SESSION_HEADER, requested_session
 
 #: Reads the JSON form of one session document, or None when there is none (or it is not the caller's).
@@ -30,6 +33,7 @@ SessionReader = Callable[[str], dict[str, Any] | None]
 LocalAnswer = tuple[int, dict[str, list[str]], bytes]
 
 SESSION_ROUTE = "/ai/session"
+TOOLS_ROUTE = "/ai/tools"
 ASSET_PREFIX = "/_inspector/"
 #: What a handler's module names the function that reads one session for the inspector.
 SESSION_READER = "read_session"
@@ -58,11 +62,13 @@ def session_reader(handler: Callable[..., Any]) -> SessionReader | None:
 class Inspector:
     """Answers the page's routes; ``answer`` returns None for every other request (the handler's to answer).
 
-    Without ``read_session`` only the page is served: ``GET /ai/session`` is left to the handler.
+    Without ``read_session`` only the page is served: ``GET /ai/session`` is left to the handler; without
+    ``read_tools``, ``GET /ai/tools`` is too (the page then names a waiting call's tool without its description).
     """
 
-    def __init__(self, read_session: SessionReader | None) -> None:
+    def __init__(self, read_session: SessionReader | None, read_tools: CatalogReader | None = None) -> None:
         self.read_session = read_session
+        self.read_tools = read_tools
 
     def answer(self, method: str, path: str, headers: Mapping[str, str]) -> LocalAnswer | None:
         if method not in ("GET", "HEAD"):
@@ -73,6 +79,8 @@ class Inspector:
             return _asset(path[len(ASSET_PREFIX):])
         if path == SESSION_ROUTE and self.read_session is not None:
             return self._session(self.read_session, headers)
+        if path == TOOLS_ROUTE and self.read_tools is not None:
+            return _json(200, self.read_tools())
         return None
 
     def _session(self, read_session: SessionReader, headers: Mapping[str, str]) -> LocalAnswer:

@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl
 
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.aws.cors import allowed_origin
-from picoflow.aws.discovery import DECISION_PROVIDERS_VARIABLE, FLOWS_VARIABLE
+from picoflow.aws.discovery import DECISION_PROVIDERS_VARIABLE, FLOWS_VARIABLE, load_flows
 from picoflow.events import TurnEvent
 from picoflow.files.local_store import LocalFileStore, store_upload_target
 from picoflow.local.inspector import Inspector, session_reader
@@ -40,6 +40,7 @@ from picoflow.local.project import (
     protocol_streamer,
 )
 from picoflow.local.readiness import startup_warnings
+from picoflow.local.tool_catalog import ToolCatalog, cached, tool_catalog
 from picoflow.wire import JSON
 
 EVENT_STREAM = "text/event-stream"
@@ -393,14 +394,20 @@ def make_server(
     the project's ``handlers.api:lambda_handler``), so configure the environment (``SESSION_STORE``,
     ``PICOFLOW_FLOWS`` ...) before calling this. ``inspector=True`` adds the chat page at ``/`` and
     ``GET /ai/session``, reading sessions through the handler module's ``read_session`` (pass an
-    ``Inspector`` to read them some other way). Turns are streamed as server-sent events when the handler's
+    ``Inspector`` to read them some other way), and ``GET /ai/tools``, the tools of the flows ``PICOFLOW_FLOWS``
+    names. Turns are streamed as server-sent events when the handler's
     module offers ``stream_turn`` (``picoflow.aws.api`` does).
     """
     handler = load_handler(handler)
-    pages = Inspector(session_reader(handler)) if inspector is True else inspector or None
+    pages = Inspector(session_reader(handler), cached(registered_tools)) if inspector is True else inspector or None
     server = LambdaHTTPServer((host, port), handler, pages, local_uploads(), handler_streamer(handler))
     server.stream_protocol = protocol_streamer(handler)
     return server
+
+
+def registered_tools() -> ToolCatalog:
+    """The tools of the flows the handler serves: the modules ``PICOFLOW_FLOWS`` names, as its engine loads them."""
+    return tool_catalog(load_flows(os.environ.get(FLOWS_VARIABLE)))
 
 
 def local_uploads() -> LocalFileStore | None:
@@ -457,7 +464,7 @@ def serve(
     if server.uploads is not None:
         routes += f"; uploads: PUT /ai/uploads/<fileId> into {os.environ['FILES_FOLDER']}"
     if inspector:
-        routes += "; local only: GET /ai/session"
+        routes += "; local only: GET /ai/session, GET /ai/tools"
         print(f"Chat page and session inspector: {server.url}/", flush=True)
     print(f"Routes: {routes}. Ctrl+C stops.", flush=True)
     try:

@@ -26,6 +26,7 @@
     empty: $('inspector-empty'), body: $('inspector-body'), head: $('session-head'), refresh: $('refresh'),
     diagram: $('diagram'), path: $('path'), states: $('states'), memory: $('memory'),
     tokens: $('tokens'), logs: $('logs'), raw: $('raw'), rawBody: $('raw-body'),
+    approvals: $('approvals'),
   };
 
   // `session` is the live session the next turn continues; `inspected` is the one the inspector shows,
@@ -597,7 +598,7 @@
     if (!final) {
       if (live) discard(live, 'not kept');
       note('The stream ended before the turn did.', true);
-      return { session: null, completed: false, retryable: true };
+      return { session: null, completed: false, retryable: true, committed: false, code: null };
     }
     const body = final.data;
     let completed = false;
@@ -609,11 +610,16 @@
       live.classList.remove('streaming');
       live.querySelector('.text').replaceWith(renderMarkdown(body.message));
       completed = Boolean(body.completed);
+      showPendingApprovals(body);
     } else {
       if (live) discard(live, 'discarded');
       completed = showEnvelope(200, body);
     }
-    return { session: body.session, completed, retryable: final.name === 'aborted' && RETRYABLE.has(body.code) };
+    const committed = final.name === 'committed' && body.success !== false;
+    return {
+      session: body.session, completed, committed, code: body.code || null,
+      retryable: final.name === 'aborted' && RETRYABLE.has(body.code),
+    };
   }
 
   /** Shows a JSON envelope; returns whether the flow completed. */
@@ -628,7 +634,190 @@
     const type = contentType.split(';')[0].trim().toLowerCase();
     const content = typeof body.message === 'string' ? textReply(type, body.message) : jsonBlock(body.message);
     botTurn(contentType, content);
+    showPendingApprovals(body);
     return Boolean(body.completed);
+  }
+
+  // -- tool calls waiting for a decision ----------------------------------------------------------------
+  // A turn whose envelope lists `pendingApprovals` paused those tool calls until a person decides. A call the
+  // user decides gets a card: what the tool does, the exact arguments it will run with (the server runs the
+  // stored ones, whatever a client sends), and Approve / Deny. The decision is a turn of its own: POST /ai/run
+  // with `approvals` and no message, whose reply is the model's answer. A call a reviewer decides is shown as
+  // waiting, without buttons. Cards follow the stored document: once a call is decided (here or by a reviewer)
+  // or has expired, its card says so and its buttons stay disabled.
+
+  /** Approval id -> its card in the transcript. */
+  const approvalCards = new Map();
+  /** The descriptions of the flows' tools, `{flow: {tool: description}}`, fetched once (GET /ai/tools). */
+  let toolCatalog = null;
+
+  function toolDescriptions() {
+    if (!toolCatalog) {
+      toolCatalog = fetch('/ai/tools', { cache: 'no-store' })
+        .then((response) => (response.ok ? response.json() : {}))
+        .catch(() => ({}));
+    }
+    return toolCatalog;
+  }
+
+  /** Fills `node` with what `tool` of `flow` does, once the descriptions are in (a batch "a+b" gets each). */
+  function describeTool(node, flow, tool) {
+    toolDescriptions().then((catalog) => {
+      const known = (catalog && catalog[flow]) || {};
+      const text = String(tool).split('+').map((name) => known[name]).filter(Boolean).join(' ');
+      node.textContent = text;
+      node.hidden = !text;
+    });
+  }
+
+  /** The pending calls of a stored document, in the envelope's form. */
+  function pendingInDocument(doc) {
+    return (doc.approvals || []).filter((approval) => approval.status === 'pending').map((approval) => ({
+      id: approval.id, ...approvalCall(approval), step: approval.step, approver: approval.approver,
+      expiresAt: approval.expiresAt,
+    }));
+  }
+
+  /** A stored approval's tool and arguments, named as the envelope names them ("a+b" and a list for a batch). */
+  function approvalCall(approval) {
+    const calls = approval.calls || [];
+    if (approval.group) {
+      return { tool: calls.map((call) => call.name).join('+'),
+        arguments: calls.map((call) => ({ tool: call.name, arguments: call.args })) };
+    }
+    return { tool: (calls[0] && calls[0].name) || '?', arguments: (calls[0] && calls[0].args) ?? {} };
+  }
+
+  /** Adds a card for each newly listed call; a card whose call the envelope no longer lists stops waiting. */
+  function showPendingApprovals(body) {
+    const items = Array.isArray(body.pendingApprovals) ? body.pendingApprovals : [];
+    const listed = new Set(items.map((item) => item && item.id));
+    for (const [id, card] of approvalCards) {
+      if (['pending', 'waiting'].includes(card.dataset.state) && !listed.has(id)) {
+        setCardState(card, 'decided', 'No longer waiting for a decision.');
+      }
+    }
+    for (const item of items) {
+      if (item && item.id && !approvalCards.has(item.id)) approvalCards.set(item.id, addToTranscript(approvalCard(item)));
+    }
+  }
+
+  function approvalCard(item) {
+    const reviewer = item.approver === 'reviewer';
+    const description = el('p', { class: 'tool-description', hidden: true });
+    describeTool(description, ui.flow.value, item.tool);
+    const card = el('li', {
+      class: 'approval', 'data-approval-id': item.id, 'data-approver': item.approver,
+      'data-state': reviewer ? 'waiting' : 'pending',
+    },
+    el('div', { class: 'who' }, reviewer ? 'waiting for a reviewer' : 'your decision is needed'),
+    el('div', { class: 'call-head' }, el('span', { class: 'badge tool' }, 'tool call'),
+      el('strong', { class: 'tool-name' }, item.tool)),
+    description,
+    jsonBlock(item.arguments ?? {}, 'args'),
+    el('p', { class: 'hint expires' }, `Waits until ${item.expiresAt}; undecided by then, it counts as declined.`),
+    el('p', { class: 'outcome', role: 'status' }, reviewer
+      ? 'Waiting for a reviewer: a colleague decides this call, and its result reaches you on a later turn.' : ''));
+    if (!reviewer) {
+      const reason = el('input', { class: 'reason', type: 'text', maxlength: 500, 'aria-label': 'Reason for denying',
+        placeholder: 'Reason (optional, sent with Deny)' });
+      const approve = el('button', { type: 'button', class: 'approve' }, 'Approve');
+      const deny = el('button', { type: 'button', class: 'deny' }, 'Deny');
+      approve.addEventListener('click', () => decideApproval(card, item, true));
+      deny.addEventListener('click', () => decideApproval(card, item, false));
+      card.append(el('div', { class: 'decide' }, reason, approve, deny));
+    }
+    return card;
+  }
+
+  /** `pending` (buttons live), `sending`, `waiting` (a reviewer's) or `decided` (buttons off for good). */
+  function setCardState(card, cardState, text, outcome) {
+    card.dataset.state = cardState;
+    if (outcome) card.dataset.outcome = outcome;
+    for (const control of card.querySelectorAll('.decide button, .decide input')) {
+      control.disabled = cardState !== 'pending';
+    }
+    card.querySelector('.outcome').textContent = text;
+  }
+
+  /** Once the stored document has decided a carded call, the card says how (and by whom). */
+  function syncApprovalCards(doc) {
+    for (const approval of doc.approvals || []) {
+      const card = approvalCards.get(approval.id);
+      if (!card || approval.status === 'pending' || card.dataset.state === 'sending') continue;
+      setCardState(card, 'decided', approvalOutcome(approval), approval.status);
+    }
+  }
+
+  function approvalOutcome(approval) {
+    const by = approval.decidedBy ? ` by ${approval.decidedBy}` : '';
+    const reason = approval.reason ? ` Reason: ${approval.reason}` : '';
+    if (approval.status === 'approved') return `Approved${by}: the call ran with these arguments.`;
+    if (approval.status === 'denied') return `Denied${by}: the call did not run.${reason}`;
+    return 'Expired: no decision came in time, so the call was declined and did not run.';
+  }
+
+  // A refusal that decides nothing yet ends the card's chance: the call is not (or not the user's) to decide.
+  const FINAL_REFUSALS = ['APPROVAL_NOT_PENDING', 'NOT_APPROVER'];
+
+  /** Sends the user's decision on one call and shows the model's answer. */
+  async function decideApproval(card, item, approved) {
+    if (state.busy || card.dataset.state !== 'pending' || !state.session) return;
+    const reason = approved ? '' : card.querySelector('input.reason').value.trim();
+    const decision = { id: item.id, approved };
+    if (reason) decision.reason = reason;
+    setCardState(card, 'sending', approved ? 'Sending your approval…' : 'Sending your refusal…');
+    userTurn(approved ? `Approved ${item.tool}` : `Denied ${item.tool}${reason ? `: ${reason}` : ''}`);
+    setBusy(true);
+    setStatus('Sending the decision…');
+    const pending = addToTranscript(el('li', { class: 'turn bot pending' }, el('div', { class: 'who' }, 'bot'), '…'));
+    let outcome = { committed: false, code: null, completed: false };
+    try {
+      const response = await fetchWithTimeout('/ai/run', {
+        method: 'POST',
+        headers: {
+          'Content-Type': 'application/json', Accept: 'text/event-stream', [SESSION_HEADER]: state.session,
+          'Idempotency-Key': crypto.randomUUID(),
+        },
+        body: JSON.stringify({ flowName: ui.flow.value, approvals: [decision] }),
+      });
+      outcome = await decisionReply(response, pending);
+      setStatus(outcome.committed ? '' : 'The decision was not applied.', !outcome.committed);
+    } catch (error) {
+      pending.remove();
+      note(error.name === 'AbortError' ? 'No answer in time.' : `Could not send the decision: ${error.message}`, true);
+      setStatus('Request failed', true);
+    }
+    if (outcome.committed) {
+      setCardState(card, 'decided', approved ? 'Approved.' : `Denied.${reason ? ` Reason: ${reason}` : ''}`,
+        approved ? 'approved' : 'denied');
+    } else if (FINAL_REFUSALS.includes(outcome.code)) {
+      setCardState(card, 'decided', 'This call is no longer waiting for your decision.', 'refused');
+    } else {
+      setCardState(card, 'pending', 'The decision was not applied; you can decide again.');
+    }
+    if (outcome.completed) {
+      note('Session completed. The next message starts a new session.');
+      setSession(null);
+    }
+    await refreshInspector();
+    state.turns += 1;
+    document.body.dataset.turns = String(state.turns);
+    setBusy(false);
+  }
+
+  /** Shows the answer to a decision (a stream or a JSON envelope); whether it committed, and its failure code. */
+  async function decisionReply(response, pending) {
+    const contentType = response.headers.get('Content-Type') || '';
+    if (contentType.startsWith('text/event-stream')) return streamReply(response, pending);
+    pending.remove();
+    const body = await response.clone().json().catch(() => null);
+    if (!body || typeof body !== 'object' || !('success' in body)) {
+      botTurn(contentType, await replyContent(response, contentType));
+      return { committed: response.ok, code: null, completed: false };
+    }
+    const completed = showEnvelope(response.status, body);
+    return { committed: Boolean(body.success), code: body.code || null, completed };
   }
 
   async function newChat() {
@@ -648,6 +837,7 @@
     setSession(null);
     showInspected(null);
     ui.transcript.replaceChildren();
+    approvalCards.clear();
     clearInspector();
     if (ending) setStatus('Session ended.');
     ui.message.focus();
@@ -712,6 +902,8 @@
     renderStates(flow);
     renderMemory(flow.memory || {}, effectMarks(doc));
     renderTokens(doc.tokens || {}, doc.decisionUsage);
+    renderApprovals(doc);
+    syncApprovalCards(doc);
     renderLogs(doc);
     ui.rawBody.replaceChildren();
     if (ui.raw.open) ui.rawBody.append(jsonBlock(doc));
@@ -1001,6 +1193,43 @@
     return item;
   }
 
+  /** The session's approvals: each call a person decides, pending or decided, with who, when and why. */
+  function renderApprovals(doc) {
+    const approvals = doc.approvals || [];
+    if (!approvals.length) {
+      ui.approvals.replaceChildren(el('p', { class: 'empty' }, 'No tool call has waited for a decision.'));
+      return;
+    }
+    const flowName = (doc.flow && doc.flow.name) || '';
+    ui.approvals.replaceChildren(el('ol', { class: 'approval-list' }, ...approvals.map((approval) => {
+      const { tool, arguments: args } = approvalCall(approval);
+      const description = el('div', { class: 'hint tool-description', hidden: true });
+      describeTool(description, flowName, tool);
+      const decider = approval.approver === 'reviewer' ? 'a reviewer' : 'the user';
+      let decidedBy = '—';
+      if (approval.status === 'expired') decidedBy = 'nobody (expired)';
+      else if (approval.status !== 'pending') decidedBy = approval.decidedBy || decider;
+      const fact = (name, key, value) => [el('dt', {}, name), el('dd', { 'data-fact': key }, value || '—')];
+      return el('li', { class: `approval-entry status-${approval.status}`, 'data-approval-id': approval.id,
+        'data-status': approval.status },
+      el('div', { class: 'call-head' }, el('strong', { class: 'tool-name' }, tool),
+        el('span', { class: `badge approval-status status-${approval.status}` }, approval.status),
+        el('span', { class: 'hint mono' }, approval.id)),
+      description,
+      el('dl', { class: 'facts' },
+        ...fact('Decided by', 'decidedBy', decidedBy),
+        ...fact('Approver', 'approver', decider),
+        ...fact('Decided at', 'decidedAt', approval.decidedAt),
+        ...fact('Reason', 'reason', approval.reason),
+        ...fact('Created', 'createdAt', approval.createdAt),
+        ...fact('Expires', 'expiresAt', approval.expiresAt),
+        ...fact('Step', 'step', approval.step),
+        // Settled: the model has read the outcome (the tool's result, or that it was declined).
+        ...fact('Outcome delivered', 'settled', approval.settled ? 'yes' : 'not yet')),
+      jsonBlock(args, 'args'));
+    })));
+  }
+
   const TOKEN_ROWS = [
     ['inputTokens', 'Input', 0],
     ['cachedInputTokens', 'cached (read from the cache)', 1],
@@ -1079,6 +1308,7 @@
     setSession(doc.runStatus === 'running' ? id : null);
     note(`Opened session ${id} (${name}, ${doc.runStatus}). Its messages are in the inspector's Memory panel.`);
     renderInspector(doc);
+    if (doc.runStatus === 'running') showPendingApprovals({ pendingApprovals: pendingInDocument(doc) });
   }
 
   ui.composer.addEventListener('submit', (event) => {
