@@ -304,8 +304,11 @@ class OfferingSpecFlow(SpecFlow):
 
 async def _fail_then_retry(flow: type[Flow], first: list[Any], second: list[Any]) -> tuple[Any, Any]:
     store = MemorySessionStore()
-    engine = FlowEngine([flow], store, [ScriptedProvider([{"content": "hi"}])], retry_delay=0)
-    session = (await engine.run(flow.id, "hi")).session
+    # Enough replies for a coordinator whose workers also answer the opening turn.
+    engine = FlowEngine([flow], store, [ScriptedProvider([{"content": "hi"}] * 3)], retry_delay=0)
+    opened = await engine.run(flow.id, "hi")
+    assert opened.success, opened.detail
+    session = opened.session
     engine = FlowEngine([flow], store, [ScriptedProvider(first)], retry_delay=0)
     failed = await engine.run(flow.id, "go", session)
     engine = FlowEngine([flow], store, [ScriptedProvider(second)], retry_delay=0)

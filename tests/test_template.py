@@ -143,15 +143,21 @@ def test_sessions_table(template, table_name):
     assert table["BillingMode"] == "PAY_PER_REQUEST"
     assert table["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
     assert table["AttributeDefinitions"] == [
-        {"AttributeName": "id", "AttributeType": "S"}, {"AttributeName": "owner", "AttributeType": "S"}
+        {"AttributeName": "id", "AttributeType": "S"}, {"AttributeName": "owner", "AttributeType": "S"},
+        {"AttributeName": "reviewQueue", "AttributeType": "S"},
     ]
-    # Erasure reads the owner index: the same name and shape as the store's own tables.
-    from picoflow.session.dynamodb_store import OWNER_INDEX
+    # Erasure reads the owner index, reviewers the sparse reviews index: the same names and shapes as the store's
+    # own tables.
+    from picoflow.session.dynamodb_store import OWNER_INDEX, REVIEW_QUEUE, REVIEWS, REVIEWS_INDEX
 
     assert table["GlobalSecondaryIndexes"] == [{
         "IndexName": OWNER_INDEX,
         "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
         "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }, {
+        "IndexName": REVIEWS_INDEX,
+        "KeySchema": [{"AttributeName": REVIEW_QUEUE, "KeyType": "HASH"}],
+        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": [REVIEWS]},
     }]
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expiresAt", "Enabled": True}
     assert table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
@@ -177,9 +183,11 @@ def test_dynamodb_access_is_item_level_and_on_the_sessions_table_only(template, 
         assert statement["Effect"] == "Allow"
         (resource,) = _as_list(statement["Resource"])
         if "Fn::Sub" in resource:
-            # The one query the function makes: erasure, on the owner index (never the table: no scan).
-            assert resource == {"Fn::Sub": "${SessionsTable.Arn}/index/owner-index"}
-            actions.setdefault("owner-index", set()).update(_as_list(statement["Action"]))
+            # The function's queries: erasure on the owner index, reviewers' list on the reviews index (never the
+            # table: no scan).
+            index = resource["Fn::Sub"].removeprefix("${SessionsTable.Arn}/index/")
+            assert index in ("owner-index", "reviews"), resource
+            actions.setdefault(index, set()).update(_as_list(statement["Action"]))
             continue
         table = resource["Fn::GetAtt"][0]
         assert resource == {"Fn::GetAtt": [table, "Arn"]}
@@ -187,6 +195,7 @@ def test_dynamodb_access_is_item_level_and_on_the_sessions_table_only(template, 
     assert actions == {
         table_name: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"},
         "owner-index": {"dynamodb:Query"},
+        "reviews": {"dynamodb:Query"},
     }
     tables = [name for name, r in template["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"]
     assert tables == [table_name]

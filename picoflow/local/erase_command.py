@@ -11,9 +11,12 @@ import argparse
 import asyncio
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from picoflow.aws.erasure import Erasure, erase_owner
 from picoflow.errors import PicoFlowError
+
+if TYPE_CHECKING:
+    from picoflow.aws.erasure import Erasure
 from picoflow.files.factory import file_store_from_env
 from picoflow.session.factory import store_from_env
 
@@ -30,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _erase(owner: str) -> Erasure:
+    # Imported here: erasure logs through the handler's logger, which reads its level from the environment at
+    # import, and the CLI imports this module for every command (`picoflow eval` sets a quieter level first).
+    from picoflow.aws.erasure import erase_owner
+
     env = dict(os.environ)
     env.setdefault("SESSION_STORE", "SQLITE")
     store = store_from_env(env)

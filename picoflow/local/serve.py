@@ -460,7 +460,8 @@ def serve(
     store = os.environ["SESSION_STORE"]
     where = f" in {os.environ['SQLITE_PATH']}" if store.strip().upper() == "SQLITE" else ""
     print(f"PicoFlow API listening on {server.url} (session store {store}{where})", flush=True)
-    routes = "POST /ai/run, POST /ai/files, POST /ai/end, GET /ai/flows, GET /health, POST /ag-ui/<flowName>"
+    routes = ("POST /ai/run, POST /ai/files, POST /ai/end, GET /ai/flows, GET /health, DELETE /ai/me, "
+              "GET and POST /ai/approvals, POST /ag-ui/<flowName>, POST /mcp, /a2a/<flowName>")
     if server.uploads is not None:
         routes += f"; uploads: PUT /ai/uploads/<fileId> into {os.environ['FILES_FOLDER']}"
     if inspector:

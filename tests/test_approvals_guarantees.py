@@ -1,13 +1,10 @@
-"""Two gaps in the guarantees of approvals and effect replays, each a test of the behaviour the guarantee promises.
+"""Two guarantees of approvals and effect replays, each held by a test of the behaviour it promises.
 
-* A retried turn that first runs a new effect and then replays a journaled one keeps both changes when the state
-  key already existed (a list the replay appends to), but loses the new effect's change when the journaled effect
-  created the key: its change is recorded as a ``set`` of the whole value, and the replay overwrites it.
-* The argument digest stored with a waiting call is never compared with the stored arguments before an approved
-  call runs, so arguments changed in the stored document after the call was shown run as approved.
-
-Both are marked ``xfail(strict=True)``: they fail today, and turn into a failure of the suite once fixed, so the
-marker is removed with the fix.
+* A retried turn that first runs a new effect and then replays a journaled one keeps both changes, also when the
+  journaled effect created the state key: its change is recorded as the items or keys it added, not as the whole
+  value, so the replay adds to what the new effect put there.
+* The argument digest stored with a waiting call is compared with the stored arguments before an approved call
+  runs, so arguments changed in the stored document after the call was shown never run as approved.
 """
 
 from __future__ import annotations
@@ -91,7 +88,6 @@ async def test_a_replay_appends_to_a_list_that_existed_before() -> None:
     assert PAID == ["Z0", "A1", "B2"]  # each refund paid once
 
 
-@pytest.mark.xfail(strict=True, reason="a replayed effect that created a state key overwrites a new effect's value")
 async def test_a_replay_keeps_what_a_new_effect_put_under_a_key_the_replayed_one_created() -> None:
     store = MemorySessionStore()
     opened = await engine(store, {"content": "Hello!"}).run("LedgerFlow", "hi")
@@ -100,7 +96,6 @@ async def test_a_replay_keeps_what_a_new_effect_put_under_a_key_the_replayed_one
     assert sorted(refunds) == ["A1", "B2"]  # ... and both recorded (today: ["A1"] only)
 
 
-@pytest.mark.xfail(strict=True, reason="the stored argument digest is not checked before an approved call runs")
 async def test_an_approved_call_whose_stored_arguments_changed_does_not_run() -> None:
     store = MemorySessionStore()
     paused = await engine(store, calls("payout", "A1", amount=20)).run("LedgerFlow", "pay A1")
