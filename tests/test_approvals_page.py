@@ -27,6 +27,7 @@ from picoflow.local.chat import chat
 from picoflow.local.inspector import Inspector
 from picoflow.local.serve import make_server
 from picoflow.local.tool_catalog import cached, tool_catalog
+from picoflow.session.document import SessionDoc
 from picoflow.step import Step
 from tests.support.approval_desk import NAMESPACE, DeskFlow
 from tests.support.browser import SCREENSHOTS, ApiServer, launched_chromium
@@ -95,7 +96,8 @@ def start_server() -> Iterator[Callable[..., str]]:
     servers = []
 
     def start(**options: Any) -> str:
-        server = make_server("127.0.0.1", 0, "picoflow.aws.api:lambda_handler", **options)
+        options.setdefault("handler", "picoflow.aws.api:lambda_handler")
+        server = make_server("127.0.0.1", 0, **options)
         server.access_log = False
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         servers.append(server)
@@ -304,3 +306,71 @@ def test_the_user_approves_and_denies_in_the_page_and_a_reviewers_call_only_wait
 def page_session(page: Any) -> str:
     session: str = page.evaluate("() => new URLSearchParams(window.location.search).get('session')")
     return session
+
+
+def recorded_approvals() -> dict[str, Any]:
+    """A running session with an expired call, a reviewer's denial and a group's batch waiting for the user."""
+    def approval(approval_id: str, calls: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+        return {"id": approval_id, "step": "DeskStep", "namespace": "desk", "calls": calls, "digest": "d" * 64,
+                "approver": "user", "createdAt": "2026-03-22T10:00:00.000Z", "expiresAt": "2026-03-22T10:10:00.000Z",
+                **fields}
+
+    return SessionDoc.model_validate({
+        "id": "recorded",
+        "revision": 4,
+        "runStatus": "running",
+        "flow": {"name": "DeskFlow", "model": {"provider": "openai", "name": "gpt-4o"},
+                 "steps": [{"name": "DeskStep", "state": {}}], "currentStep": "DeskStep",
+                 "sequence": [{"level": 1, "stepName": "DeskStep"}]},
+        "approvals": [
+            approval("ap_late", [{"name": "refund", "args": {"order": "<b>A1</b>", "amount": 250}}],
+                     status="expired", decidedAt="2026-03-22T10:10:01.000Z", reason="expired", settled=True),
+            approval("ap_credit", [{"name": "goodwill", "args": {"order": "C3", "amount": 40}}], approver="reviewer",
+                     status="denied", decidedAt="2026-03-22T11:00:00.000Z", decidedBy="bob",
+                     reason="<script>window.pwned = 1</script>", settled=True),
+            approval("ap_batch", [{"name": "refund", "args": {"order": "D4", "amount": 5}},
+                                  {"name": "goodwill", "args": {"order": "D4", "amount": 1}}], group=True),
+        ],
+    }).to_json_dict()
+
+
+def test_the_inspector_shows_every_kind_of_record_and_the_page_offers_the_waiting_batch(
+    page, start_server, problems
+):
+    doc = recorded_approvals()
+
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return {"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": json.dumps(["DeskFlow"])}
+
+    catalog = {"DeskFlow": {"refund": REFUND_DESCRIPTION, "goodwill": "Pay goodwill credit on an order."}}
+    inspector = Inspector(lambda session_id: doc if session_id == "recorded" else None, lambda: catalog)
+    url = start_server(handler=handler, inspector=inspector)
+    page.goto(f"{url}/?session=recorded", timeout=PAGE_TIMEOUT_MS)
+    page.wait_for_selector("body[data-ready=true]")
+
+    entries = page.locator("#approvals li.approval-entry")
+    assert entries.evaluate_all("items => items.map(i => i.dataset.status)") == ["expired", "denied", "pending"]
+    late = page.locator('#approvals li[data-approval-id="ap_late"]')
+    assert late.locator('[data-fact="decidedBy"]').text_content() == "nobody (expired)"
+    assert json.loads(late.locator("pre.args").text_content()) == {"order": "<b>A1</b>", "amount": 250}
+    credit = page.locator('#approvals li[data-approval-id="ap_credit"]')
+    assert credit.locator('[data-fact="decidedBy"]').text_content() == "bob"
+    assert credit.locator('[data-fact="approver"]').text_content() == "a reviewer"
+    assert credit.locator('[data-fact="reason"]').text_content() == "<script>window.pwned = 1</script>"
+    page.wait_for_function("() => !document.querySelector('#approvals [data-approval-id=ap_credit] "
+                           ".tool-description').hidden")
+    assert credit.locator(".tool-description").text_content() == "Pay goodwill credit on an order."
+
+    # The waiting batch is offered as one call, each of its tools described.
+    [card] = page.locator("#transcript li.approval").all()
+    assert card.get_attribute("data-approval-id") == "ap_batch" and card.get_attribute("data-state") == "pending"
+    assert card.locator(".tool-name").text_content() == "refund+goodwill"
+    assert json.loads(card.locator("pre.args").text_content()) == [
+        {"tool": "refund", "arguments": {"order": "D4", "amount": 5}},
+        {"tool": "goodwill", "arguments": {"order": "D4", "amount": 1}}]
+    page.wait_for_function("() => !document.querySelector('#transcript li.approval .tool-description').hidden")
+    assert card.locator(".tool-description").text_content() == f"{REFUND_DESCRIPTION} Pay goodwill credit on an order."
+    assert page.evaluate("() => window.pwned") is None
+    assert page.locator("#approvals script").count() == 0
+    assert problems == []
+
