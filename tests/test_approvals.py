@@ -440,3 +440,23 @@ async def test_stored_arguments_changed_after_the_pause_never_run(store: Session
     stored = await store.load(session)
     assert stored is not None and stored.approvals[0].status == "denied"
     assert any(entry.message == "approval arguments changed" for entry in stored.error)
+
+
+@pytest.mark.parametrize("backend", ["moto", "dynamodb-local"])
+async def test_what_pausing_and_deciding_cost_on_dynamodb(request: pytest.FixtureRequest, backend: str) -> None:
+    """Pausing costs an ordinary turn (one read, one conditional write); a decision adds the claim's write before
+    the tool runs, and the approved call's journal read and write."""
+    table = request.getfixturevalue("moto_dynamodb" if backend == "moto" else "dynamodb_local_table")
+    store = table.store()
+    session, approval = await paused(store)
+    sent: list[str] = []
+    store.client.meta.events.register("before-call.dynamodb", lambda model, **_: sent.append(model.name))
+    engine, _ = engine_with(store, [calls(call("refund", "c2", order="B2"), content="That one waits too.")])
+    await engine.run("DeskFlow", "and B2", session)
+    assert sent == ["GetItem", "PutItem"]
+    pending = (await store.load(session)).approvals  # type: ignore[union-attr]
+    sent.clear()
+    engine, _ = engine_with(store, [{"content": "Refunded."}])
+    decided = await engine.run("DeskFlow", None, session, approvals=[{"id": approval, "approved": True}])
+    assert decided.success and [p["id"] for p in decided.pending_approvals] == [pending[1].id]
+    assert sent == ["GetItem", "PutItem", "GetItem", "PutItem", "PutItem"]
