@@ -19,6 +19,7 @@ import pytest
 from flows.basic import BasicFlow
 from flows.home_insurance import HomeInsuranceQuoteFlow
 from flows.hotel import HotelFlow
+from flows.support import SupportFlow
 from picoflow import FlowEngine
 from picoflow.aws import runtime as aws_runtime
 from picoflow.local import cli
@@ -48,6 +49,14 @@ ORIGINAL_HOME_INSURANCE = ("HomeInsuranceQuoteFlow", [
     "compare Essential and Enhanced", "$5,000 deductible", "select Enhanced", "consent, name and email",
 ])
 
+#: test/support-flow/support-flow.scenario.json: verify NW-100412, a jacket refund declined at approval, the base
+#: layers refunded, a disputed charge, the case closed.
+ORIGINAL_SUPPORT = ("SupportFlow", [
+    "needs help with an order", "NW-100412 with its email", "return the rain jacket", "too big",
+    "hold off", "the merino base layers instead, no longer needed", "the charge looks wrong",
+    "CH-88301 is more than expected", "that is everything",
+])
+
 
 def scenario_file(path: Path, transcription: tuple[str, list[str]], min_scores: dict[int, float]) -> Path:
     """A scenario in the original's format from a transcription (no config, the last turn completes)."""
@@ -71,6 +80,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # The original's runners pin the date the same way: its scenarios carry no config.
     monkeypatch.setenv("HOTEL_FLOW_CURRENT_DATE", "2027-07-15")
     monkeypatch.setenv("HOME_INSURANCE_FLOW_CURRENT_DATE", "2027-07-15T00:00:00.000Z")
+    monkeypatch.setenv("SUPPORT_FLOW_CURRENT_DATE", "2027-07-15")
     monkeypatch.setattr(aws_runtime, "_runtime", None)
     yield
     if aws_runtime._runtime is not None:
@@ -82,6 +92,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     ("basic", ORIGINAL_BASIC, {}),
     ("hotel", ORIGINAL_HOTEL, {11: 0.8}),
     ("home_insurance", ORIGINAL_HOME_INSURANCE, {}),
+    ("support", ORIGINAL_SUPPORT, {4: 0.8, 5: 0.8, 6: 0.8}),
 ])
 def test_the_original_scenarios_pass_with_the_shipped_scripts(
     folder: str, transcription: tuple[str, list[str]], min_scores: dict[int, float], tmp_path: Path
@@ -107,6 +118,8 @@ async def replay(flow: type, folder: str, turns: list[str]) -> tuple[Any, Script
         session = response.session
         responses.append(response)
     doc = await engine.session_store.load(session)
+    # Every compaction found its scripted summary.
+    assert not [w.message for w in doc.warn if "compaction skipped" in w.message]
     return doc, provider, responses
 
 
@@ -156,3 +169,20 @@ async def test_the_basic_script_refuses_the_placeholder_and_completes() -> None:
     assert state(doc, "FavoritesStep")["favorites"] == {
         "favoriteColor": "blue", "favoriteMovie": "Star Wars", "favoriteSeason": "summer"}
     assert state(doc, "NameStep")["name"] == "Joe Cline"
+
+
+async def test_the_support_script_declines_then_refunds_and_opens_a_ticket() -> None:
+    doc, provider, responses = await replay(SupportFlow, "support", ORIGINAL_SUPPORT[1])
+    assert provider.remaining == 0
+    assert [r.completed for r in responses] == [False] * 8 + [True]
+    triage = state(doc, "TriageStep")
+    (refund,) = triage["refunds"]
+    assert (refund["lineIds"], refund["netRefund"], refund["refundTarget"]) == (["L2"], 136.0, "Visa ending 4021")
+    assert refund["rma"] in responses[5].message and refund["rma"] in responses[8].message
+    (ticket,) = triage["tickets"]
+    assert ticket["ticketId"] in responses[7].message and ticket["amountInDispute"] == 439.95
+    # Turn 4 stopped at the approval gate with the $289.00 breakdown; turn 5 dropped it.
+    assert [item.step_name for item in doc.flow.sequence][:5] == [
+        "TriageStep", "ReturnsStep", "AdjudicateStep", "ApprovalStep", "ReturnsStep"]
+    assert "| **Net refund to Visa ending 4021** | **$289.00** |" in responses[3].message
+    assert "pending" not in state(doc, "ApprovalStep")
