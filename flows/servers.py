@@ -25,7 +25,8 @@ def server_from_env(name: str, prefix: str, bundled_module: str, *, timeout: flo
     Over HTTP, the Authorization header is the SSM parameter named by ``{prefix}_AUTHORIZATION_PARAMETER`` when
     that is set (the deployed way), else the value of ``{prefix}_AUTHORIZATION``. A command runs in
     ``{prefix}_CWD`` (default: the folder holding ``flows/``) and also gets the variables named, comma-separated,
-    in ``{prefix}_INHERIT_ENV`` (say ``NODE_OPTIONS``); ``max_result_bytes`` (None: the default) caps its answers.
+    in ``{prefix}_INHERIT_ENV`` (say ``NODE_OPTIONS``), and ``TZ`` always; ``max_result_bytes`` (None: the
+    default) caps its answers.
     """
     from picoflow.mcp import DEFAULT_MAX_RESULT_BYTES, MCPServerSpec  # here: a bundled server imports this too
 
@@ -42,9 +43,11 @@ def server_from_env(name: str, prefix: str, bundled_module: str, *, timeout: flo
     if not command:
         command = [sys.executable, "-m", bundled_module]
     inherited = [variable.strip() for variable in os.environ.get(f"{prefix}_INHERIT_ENV", "").split(",")]
-    # A stdio server gets a minimal environment: the path lets a Python server import the application.
+    # A stdio server gets a minimal environment: the path lets a Python server import the application, and the
+    # time zone is passed on because a server may read dates in it (the original hotel-pricing server does).
     return MCPServerSpec.stdio(
-        name, command[0], command[1:], env={"PYTHONPATH": APP_ROOT}, inherit_env=[v for v in inherited if v],
+        name, command[0], command[1:], env={"PYTHONPATH": APP_ROOT},
+        inherit_env=list(dict.fromkeys(["TZ", *(v for v in inherited if v)])),
         cwd=os.environ.get(f"{prefix}_CWD") or APP_ROOT, timeout=timeout, max_result_bytes=limit,
     )
 

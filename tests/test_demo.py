@@ -14,7 +14,9 @@ from picoflow.local.demo import find_conversation, load_conversation
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("flow", ["BasicFlow", "HotelFlow", "HomeInsuranceQuoteFlow", "InvoiceFlow", "RefundFlow"])
+@pytest.mark.parametrize(
+    "flow", ["BasicFlow", "HotelFlow", "HomeInsuranceQuoteFlow", "InvoiceFlow", "RefundFlow", "SupportFlow"]
+)
 def test_demo_replays_the_bundled_conversation_to_completion(flow, tmp_path):
     conversation, replies = load_conversation(find_conversation(flow))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}

@@ -233,7 +233,7 @@ def test_the_json_and_junit_reports_validate(tmp_path: Path) -> None:
 
 
 def test_the_bundled_flows_scenarios_pass_offline(tmp_path: Path) -> None:
-    for package in ("hotel", "home_insurance", "basic", "invoice"):
+    for package in ("hotel", "home_insurance", "basic", "invoice", "support", "refunds"):
         folder = ROOT / "flows" / package
         assert load_scenario(folder / "scenario.json").turns
         status = cli.main(["eval", str(folder / "scenario.json"), "--script", str(folder / "conversation.json"),

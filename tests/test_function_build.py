@@ -31,7 +31,9 @@ HOST_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 HOST_PLATFORMS = f"manylinux2014_{platform.machine()} manylinux_2_28_{platform.machine()}"
 # The Lambda Python runtime's own copy of the AWS SDK, which the build leaves out.
 RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer")
-BUNDLED_FLOWS = ["BasicFlow", "HomeInsuranceQuoteFlow", "HotelFlow", "InvoiceFlow", "RefundFlow"]
+BUNDLED_FLOWS = [
+    "BasicFlow", "HomeInsuranceQuoteFlow", "HotelFlow", "InvoiceFlow", "RefundFlow", "SupportFlow",
+]
 
 # What the function's process runs: the template's Handler, called with the event, its answer written to a file.
 INVOKE = """

@@ -55,7 +55,9 @@ class DistanceMiles(BaseModel):
 
 class HotelPrice(BaseModel):
     hotelName: str
-    prices: list[float] = Field(description="Price of each night of the stay, in USD")
+    prices: list[float] = Field(
+        description="Price of each night of the stay in USD; a server may add the check-out day, as the original does"
+    )
     total: float
     # Optional details beyond the original contract: a server that knows none of them leaves them out.
     amenities: list[str] | None = Field(None, description="Every amenity the hotel offers, or null when unknown")
