@@ -194,3 +194,37 @@ async def test_a_charge_named_by_the_customer_opens_the_ticket_in_code() -> None
     (ticket,) = state(doc, "TriageStep")["tickets"]
     assert (ticket["category"], ticket["amountInDispute"], ticket["customerImpact"]) == ("wrong_amount", 429, "high")
     assert "CH-88423 on 2027-06-21 for 429.00" in ticket["summary"]
+
+
+async def test_with_framework_approvals_the_customer_decides_the_refund_not_the_model() -> None:
+    """config approvals: true: confirm_refund waits for the customer's own decision, bound to the pending refund."""
+    config = {**CONFIG, "approvals": True}
+    store = MemorySessionStore()
+    # Turn 4: the return is requested, then the model shows the breakdown and puts the refund to the customer.
+    put_to_customer = {**call(("confirm_refund", {"confirmed": True})), "content": "$364.65 back. Please decide."}
+    engine, _ = engine_with([*replies(1, 2, 3), TURNS[3]["replies"][0], put_to_customer], store)
+    session = None
+    for message in [turn["user"] for turn in TURNS[:4]]:
+        answer = await engine.run("SupportFlow", message, session, config)
+        assert answer.success, answer.detail
+        session = answer.session
+    [waiting] = answer.pending_approvals
+    assert (waiting["tool"], waiting["approver"], waiting["step"]) == ("confirm_refund", "user", "ApprovalStep")
+    doc = await store.load(session)
+    assert "refunds" not in state(doc, "TriageStep")  # nothing committed on the model's word
+    engine, _ = engine_with([text("Done: your refund is on its way. Anything else?")], store)
+    approve = [{"id": waiting["id"], "approved": True}]
+    decided = await engine.run("SupportFlow", None, session, config, approvals=approve)
+    assert decided.success, decided.detail
+    doc = await store.load(session)
+    (refund,) = state(doc, "TriageStep")["refunds"]
+    assert (refund["netRefund"], refund["authority"]) == (364.65, "customer_confirmed")
+    assert doc.flow.current_step == "TriageStep" and doc.approvals[0].decided_by is None
+
+
+async def test_without_the_switch_the_original_model_mediated_confirmation_stays() -> None:
+    engine, _ = engine_with(replies(1, 2, 3, 4, 5))
+    answers = await converse(engine, [turn["user"] for turn in TURNS[:5]])
+    assert all(not answer.pending_approvals for answer in answers)
+    doc = await engine.session_store.load(answers[-1].session)
+    assert state(doc, "TriageStep")["refunds"][0]["authority"] == "customer_confirmed"

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from flows.support.steps import AdjudicateStep, ApprovalStep, BillingStep, EscalateStep, ReturnsStep, TriageStep
+from flows.support.steps import (
+    AdjudicateStep,
+    ApprovalStep,
+    BillingStep,
+    DecidedApprovalStep,
+    EscalateStep,
+    ReturnsStep,
+    TriageStep,
+)
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
 from picoflow.stores import SessionDoc
 
@@ -26,11 +34,14 @@ class SupportFlow(Flow):
         return ModelSelection(provider="openai", name="gpt-4o", retry_attempts=3)
 
     def define_steps(self) -> list[Step]:
+        # As the original, the model commits a refund on the customer's clear yes; with config approvals: true the
+        # customer decides it through the framework's approval instead (docs/how-to/approvals.md).
+        approval = DecidedApprovalStep(self) if self.get_context("config.approvals") is True else ApprovalStep(self)
         return [
             TriageStep(self).use_memory("support-triage"),
             ReturnsStep(self).use_memory("support-returns"),
             AdjudicateStep(self),
-            ApprovalStep(self).use_memory("support-approval"),
+            approval.use_memory("support-approval"),
             BillingStep(self).use_memory("support-billing"),
             EscalateStep(self),
             TerminateSessionStep(self).use_memory("support-terminal"),

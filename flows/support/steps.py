@@ -285,6 +285,9 @@ def commit_refund(step: Step, request: dict[str, Any], quote: dict[str, Any], au
 class ApprovalStep(Step):
     """Holds a refund that needs the customer's yes: shows the exact breakdown and commits only on a clear yes."""
 
+    #: The stage instructions: here the model reads the customer's yes from their words.
+    instructions = "approval.md"
+
     def _pending(self) -> dict[str, Any]:
         pending = self.get_state("pending")
         if not isinstance(pending, dict):
@@ -297,7 +300,7 @@ class ApprovalStep(Step):
         summary = {"orderId": request["orderId"], "lineIds": request["lineIds"], "reason": request["reason"],
                    "reasons": pending["reasons"]}
         breakdown = receipt.quote_table(pending["quote"])
-        return _instructions("approval.md", PENDING=json.dumps(summary), BREAKDOWN=breakdown)
+        return _instructions(self.instructions, PENDING=json.dumps(summary), BREAKDOWN=breakdown)
 
     @tool
     async def confirm_refund(self, args: ConfirmArgs) -> Transition:
@@ -319,6 +322,21 @@ class ApprovalStep(Step):
         self.remove_state("pending")
         self.save_state({"decidedAt": now_iso()})
         return go(ReturnsStep).with_state({"lastDenial": []})
+
+
+class DecidedApprovalStep(ApprovalStep):
+    """The same hold, decided by the customer through the framework's approval (config ``approvals: true``):
+    ``confirm_refund`` waits for the customer's Approve or Deny, bound to these exact arguments and recorded, instead
+    of committing on the model's reading of a "yes"."""
+
+    id = ApprovalStep.id
+    instructions = "approval_decided.md"
+
+    # The same ten minutes as the flow's hold: an undecided refund counts as declined.
+    @tool(effect=True, approval=True, approval_ttl=600)
+    async def confirm_refund(self, args: ConfirmArgs) -> Transition:
+        """Put the exact pending refund to the customer, who approves or declines it; it commits once approved."""
+        return await super().confirm_refund(args)
 
 
 class BillingStep(Step):
