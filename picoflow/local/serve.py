@@ -430,7 +430,8 @@ def serve(
     for warning in startup_warnings(os.environ):
         print(f"Warning: {warning}", file=sys.stderr, flush=True)
     print(f"PicoFlow API listening on {server.url} (session store {os.environ['SESSION_STORE']})", flush=True)
-    routes = "POST /ai/run, POST /ai/files, POST /ai/end, GET /ai/flows, GET /health, POST /ag-ui/<flowName>"
+    routes = ("POST /ai/run, POST /ai/files, POST /ai/end, GET /ai/flows, GET /health; open protocols: "
+              "POST /ag-ui/<flowName> (streamed), POST /mcp, GET and POST /a2a/<flowName>")
     if server.uploads is not None:
         routes += f"; uploads: PUT /ai/uploads/<fileId> into {os.environ['FILES_FOLDER']}"
     if inspector:
