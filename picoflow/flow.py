@@ -90,7 +90,9 @@ class Flow:
         return int((datetime.now(UTC) - doc.save_on).total_seconds() * 1000)
 
     def config_llm_call_policy(self) -> dict[str, Any]:
-        """Code-owned model-call policy, e.g. ``{"timeout_ms": 60_000}`` per attempt; steps may override it."""
+        """Code-owned model-call policy: ``timeout_ms`` per attempt (none by default) and ``stall_ms``, the longest
+        wait for each chunk of a streamed reply (10 s by default), e.g. ``{"timeout_ms": 60_000}``; steps may
+        override it."""
         return {}
 
     def should_retry_llm_error(self, context: LlmAttemptErrorContext) -> bool | None:

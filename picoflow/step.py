@@ -197,7 +197,8 @@ class Step:
     # -- model-call policy and recovery ---------------------------------------------------------
 
     def config_llm_call_policy(self) -> dict[str, Any]:
-        """Override the flow's call policy: omit ``timeout_ms`` to inherit, an int replaces, None removes."""
+        """Override the flow's call policy: omit ``timeout_ms`` or ``stall_ms`` to inherit, an int replaces, None
+        removes."""
         return {}
 
     def get_llm_call_policy(self) -> LlmCallPolicy:

@@ -1,6 +1,7 @@
 """``/a2a/{flowName}``: each flow as an A2A agent (``picoflow.protocols.a2a``) on the Lambda runtime.
 
-The A2A SDK's routes are a Starlette application; Mangum hands it the API Gateway event, as for ``POST /mcp``. The
+The A2A SDK's routes are a Starlette application; Mangum hands it the API Gateway event, as for ``POST /mcp``
+(``picoflow.aws.asgi``). The
 agent card names the JSON-RPC URL the request came through, and declares a bearer JWT when the API's authorizer
 requires one (``JWT_ISSUER`` set, as the template sets it with ``JwtIssuer``).
 """
@@ -12,8 +13,7 @@ import os
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
-from mangum import Mangum
-
+from picoflow.aws.asgi import answer_asgi
 from picoflow.aws.deadline import InvocationContext, turn_deadline
 from picoflow.aws.runtime import get_runtime
 from picoflow.protocols.a2a import A2A_PREFIX, http_app
@@ -43,5 +43,4 @@ def answer_a2a(event: dict[str, Any], flow_name: str, context: InvocationContext
     app = http_app(runtime.engine, flow_name, base_url(event, flow_name),
                    bearer=bool(os.environ.get(ISSUER_VARIABLE)), caller=caller, submit=submit,
                    deadline=turn_deadline(context), request_id=request_id)
-    answer: dict[str, Any] = Mangum(app, lifespan="off")(event, context)  # type: ignore[arg-type]
-    return answer
+    return answer_asgi(app, event, context)

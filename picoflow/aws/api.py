@@ -373,8 +373,8 @@ def mcp_endpoint() -> Response[str]:
     # Imported on first use: the MCP server's web stack is not every invocation's cold start.
     from picoflow.aws.mcp_route import answer_mcp
 
-    return _asgi_answer(answer_mcp(app.current_event.raw_event, app.lambda_context, caller=_caller(),
-                                   request_id=_request_id()))
+    return _asgi_answer(lambda: answer_mcp(app.current_event.raw_event, app.lambda_context, caller=_caller(),
+                                           request_id=_request_id()))
 
 
 @app.get("/a2a/<flowName>/.well-known/agent-card.json", summary="A flow's A2A agent card")
@@ -399,12 +399,17 @@ def _a2a(flow_name: str) -> Response[str]:
     # Imported on first use: the A2A SDK is not every invocation's cold start.
     from picoflow.aws.a2a_route import answer_a2a
 
-    return _asgi_answer(answer_a2a(app.current_event.raw_event, flow_name, app.lambda_context, caller=_caller(),
-                                   request_id=_request_id()))
+    return _asgi_answer(lambda: answer_a2a(app.current_event.raw_event, flow_name, app.lambda_context,
+                                           caller=_caller(), request_id=_request_id()))
 
 
-def _asgi_answer(answer: dict[str, Any]) -> Response[str]:
-    """An ASGI application's proxy response (from Mangum) as this resolver's response."""
+def _asgi_answer(answering: Callable[[], dict[str, Any]]) -> Response[str]:
+    """An ASGI application's proxy response (from Mangum) as this resolver's response; a request whose headers
+    or body are not valid text (which API Gateway never forwards, but a local caller may send) is refused."""
+    try:
+        answer = answering()
+    except UnicodeError:
+        return _refuse(UNDECODABLE_BODY)
     headers = {name: value for name, value in (answer.get("headers") or {}).items()
                if name.lower() not in ("content-type", "content-length")}
     content_type = (answer.get("headers") or {}).get("content-type") or JSON

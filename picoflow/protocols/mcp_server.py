@@ -77,6 +77,8 @@ def build_server(
     """An MCP server offering each of ``engine``'s flows as a tool, for the calls of ``caller``."""
     server: MCPServer = MCPServer(
         name=SERVER_NAME,
+        # The SDK configures the root logger when nothing else has: only warnings, never a request's details.
+        log_level="WARNING",
         instructions="Each tool is a conversation with one flow: pass the session it answers to continue it.",
     )
     for flow_name in engine.get_flow_names():

@@ -9,6 +9,7 @@ async function main() {
   const agent = new HttpAgent({ url: config.url, threadId: config.threadId, headers: config.headers });
   const seen = [];
   let count = 0;
+  let interrupts = [];
   for (const run of config.runs) {
     if (run.history) agent.setMessages(run.history);
     if (run.message !== undefined) {
@@ -20,7 +21,11 @@ async function main() {
     let error = null;
     let result = null;
     try {
-      const answer = await agent.runAgent(run.resume ? { resume: run.resume } : {}, {
+      // resumeAll answers every interrupt the previous run ended with, with the same payload.
+      const resume = run.resumeAll
+        ? interrupts.map((item) => ({ interruptId: item.id, status: 'resolved', payload: run.resumeAll }))
+        : run.resume;
+      const answer = await agent.runAgent(resume ? { resume } : {}, {
         onEvent({ event }) {
           types.push(event.type);
           if (event.type === 'RUN_FINISHED') finished = event;
@@ -31,6 +36,7 @@ async function main() {
     } catch (failure) {
       error = error || { message: String(failure && failure.message) };
     }
+    interrupts = finished && finished.outcome ? finished.outcome.interrupts || [] : [];
     seen.push({
       types, result, error,
       outcome: finished && finished.outcome ? finished.outcome.type : null,

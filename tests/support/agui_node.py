@@ -66,7 +66,8 @@ def run_http_agent(url: str, thread_id: str, runs: list[dict[str, Any]], headers
     """Drive an ``HttpAgent`` at ``url`` through ``runs`` on one thread; what it saw in each run.
 
     A run is ``{"message": text}`` (a user message added before it), optionally ``"history"`` (the agent's messages
-    replaced first, as a client that altered its copy would) and ``"resume"`` (the run's resume entries).
+    replaced first, as a client that altered its copy would) and ``"resume"`` (the run's resume entries) or
+    ``"resumeAll"`` (a payload resolving every interrupt the previous run ended with).
     Each result holds the event ``types``, the run's ``result``, the ``outcome``/``interrupts`` of RUN_FINISHED,
     the agent's ``messages`` and ``state`` afterwards, and ``error`` when the run failed.
     """
