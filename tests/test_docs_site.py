@@ -49,6 +49,9 @@ def test_the_site_builds_strictly_with_every_section(site: Path) -> None:
     # The API reference is generated from the docstrings, not written by hand.
     for docstring in ("Run a registered child step inside this turn", "A deterministic step"):
         assert docstring in reference
+    # The docstrings' sections are rendered: parameter tables, what comes back, examples.
+    for rendered in ("Parameters:", "Returns:", "Raises:", "Example", "ask for the family name as well."):
+        assert rendered.lower() in reference.lower(), rendered
     # Pages show the code of the tutorial modules they include, not the include line.
     tutorial = (site / "tutorials/basic/04-tools/index.html").read_text(encoding="utf-8")
     assert "save_name" in tutorial and "--8&lt;--" not in tutorial and "--8<--" not in tutorial
