@@ -81,7 +81,9 @@ class RunResponse(BaseModel):
             extra["provider"] = exc.provider
             extra["setting"] = exc.setting
         if isinstance(cause, ScriptExhaustedError):
-            # Our own wording (call number, purpose, step): which reply the script lacks.
+            # Our own wording (call number, purpose, step): which reply the script lacks, and the setting
+            # that holds the script.
+            extra["setting"] = SCRIPT_SETTING
             extra["detail"] = str(cause)
         if isinstance(exc, SessionStoreError | SessionOutcomeUnknownError):
             # Our own wording: operation, endpoint and backend code, never user text.
@@ -98,6 +100,10 @@ class RunResponse(BaseModel):
             retry_after=RETRY_AFTER_SECONDS.get(exc.code) if exc.status_code >= 409 else None,
             detail=exc.message,
         )
+
+
+#: The setting a scripted model's replies come from (``picoflow.models.factory`` reads it).
+SCRIPT_SETTING = "PICOFLOW_SCRIPT"
 
 
 def client_message(exc: PicoFlowError, *, saved: bool = False) -> str:

@@ -26,7 +26,6 @@ from picoflow.errors import (
     ModelUnavailableError,
     ParallelCancelledError,
     PicoFlowError,
-    ScriptExhaustedError,
 )
 from picoflow.files.reader import with_file_parts
 from picoflow.files.refs import with_files
@@ -564,8 +563,6 @@ class _Failure:
         return ModelUnavailableError(text)
 
 
-# A scripted model out of replies: the script is the setting to fix (picoflow.models.factory reads it).
-SCRIPT_SETTING = "PICOFLOW_SCRIPT"
 # What a provider's refusal of the deployment's own settings means: a key it rejects, a model it does not know.
 _CONFIGURATION_STATUSES = {401: "the API key", 404: "the model name"}
 _CONFIGURATION_CODES = {
@@ -579,8 +576,6 @@ def _configuration_setting(error: BaseException | None) -> str | None:
     """The setting an operator must fix when ``error`` says the deployment itself is misconfigured, else None."""
     if error is None:
         return None
-    if isinstance(error, ScriptExhaustedError):
-        return SCRIPT_SETTING
     status = getattr(error, "status_code", None)
     if isinstance(status, int) and status in _CONFIGURATION_STATUSES:
         return _CONFIGURATION_STATUSES[status]
