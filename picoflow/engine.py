@@ -166,6 +166,29 @@ class FlowEngine:
 
         This is the turn's event stream (:meth:`stream`) drained: the response is the one its final event
         carries. With nobody reading the reply as it is written, models are called without streaming.
+
+        Args:
+            flow_name: A registered flow's id (its class name unless it sets ``id``).
+            user_message: The user's message; None opens the session without one.
+            session_id: The session to continue; None, or an unknown or finished one, starts a new session.
+            config: The new session's context, under ``config``; ignored for a session that exists.
+            deadline: The ``time.monotonic()`` value the turn must end by; None sets no limit.
+            idempotency_key: Apply the turn at most once per key (with ``caller``).
+            caller: Who is asking (e.g. a JWT subject); sessions and files are theirs.
+            request_id: The id the turn's log lines and failure carry.
+            files: Stored file references that join the user's message.
+            file_data: Bytes already read for those files.
+            inline_files: Inline files' records, stored once the request passed every check.
+
+        Returns:
+            The turn's answer: ``success``, ``completed``, ``message``, ``session``, and on failure its
+            ``error_code`` and ``status_code``.
+
+        Example:
+            ```python
+            first = await engine.run("GreetingFlow", "Hi")
+            second = await engine.run("GreetingFlow", "Ada Lovelace", session_id=first.session)
+            ```
         """
         return await self._drained(
             flow_name, user_message, session_id, config, deadline=deadline, idempotency_key=idempotency_key,

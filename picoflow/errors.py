@@ -256,11 +256,12 @@ class CompactionError(PicoFlowError):
 
 class ScriptExhaustedError(PicoFlowError):
     """A scripted model has no reply for a model call: its script (``PICOFLOW_SCRIPT``, a test's replies) is
-    shorter than the conversation. The turn answers ``MODEL_NOT_CONFIGURED`` naming ``PICOFLOW_SCRIPT`` as the
-    setting to fix; the message (the call's number, purpose and step, in our own words) is logged as well."""
+    shorter than the conversation. The turn fails as a model that did not answer (``MODEL_UNAVAILABLE``, the
+    session kept); its log line names ``PICOFLOW_SCRIPT`` as the setting and carries this message (the call's
+    number, purpose and step, in our own words)."""
 
-    code = "MODEL_NOT_CONFIGURED"
-    status_code = 503
+    code = "MODEL_UNAVAILABLE"
+    status_code = 502
 
 
 class ScriptedModelError(RuntimeError):

@@ -61,17 +61,51 @@ class Flow:
     # -- subclass hooks -----------------------------------------------------------------------
 
     def config_model(self) -> ModelSelection:
-        """The flow's default model; every step without ``use_model`` inherits it."""
+        """The flow's default model; every step without ``use_model`` inherits it. Every flow implements it.
+
+        Returns:
+            The provider, model name and parameters the flow's steps call by default.
+
+        Raises:
+            NotImplementedError: the flow does not implement it (such a class is not registered as a flow).
+
+        Example:
+            ```python
+            def config_model(self) -> ModelSelection:
+                return ModelSelection(provider="openai", name="gpt-4o-mini", params={"temperature": 0.2})
+            ```
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement config_model().")
 
     async def init(self) -> None:
         """Per-request setup after the request config is in context, before steps are collected."""
 
     def define_steps(self) -> list[Step]:
+        """The flow's steps, one instance of each bound to this flow; only these can be entered.
+
+        Returns:
+            The registered steps; by default a lone ``TerminateSessionStep`` in the ``temp`` namespace.
+
+        Example:
+            ```python
+            def define_steps(self) -> list[Step]:
+                return [AskNameStep(self).use_memory("chat"), GreetStep(self).use_memory("chat")]
+            ```
+        """
         return [TerminateSessionStep(self).use_memory("temp")]
 
     def initial_step(self) -> type[Step] | None:
-        """The step a new session starts on; None means the first registered step."""
+        """The step a new session starts on; None means the first registered step.
+
+        Returns:
+            A registered step class, or None for the first of ``define_steps()``.
+
+        Example:
+            ```python
+            def initial_step(self) -> type[Step] | None:
+                return FavoritesStep if self.get_context("config.returning") else NameStep
+            ```
+        """
         return None
 
     def define_tools(self) -> list[ToolSpec]:
@@ -177,7 +211,20 @@ class Flow:
     # -- context ------------------------------------------------------------------------------
 
     def get_context(self, path: str | None = None) -> Any:
-        """Read the session context, e.g. ``get_context("config.tenantId")``."""
+        """Read the session context, e.g. ``get_context("config.tenantId")``.
+
+        Args:
+            path: A dotted path into the context; None reads all of it. The first request's ``config`` is
+                under ``config``.
+
+        Returns:
+            A copy of the value at ``path`` (None when it is missing): changing it changes nothing stored.
+
+        Example:
+            ```python
+            brand = self.get_context("config.brand") or "PicoFlow"
+            ```
+        """
         return copy.deepcopy(read_path(self.run_context.values, path))
 
     def add_context(self, data: dict[str, Any]) -> None:
@@ -213,7 +260,23 @@ class Flow:
         return frames[-1] if frames else self.get_current_step()
 
     def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
-        """A step's state (or one dotted path in it); inside a parallel worker, a copy of its snapshot."""
+        """A step's state (or one dotted path in it); inside a parallel worker, a copy of its snapshot.
+
+        Args:
+            step_cls: The step class, or its registered name.
+            key: A dotted path into that step's state; None reads all of it.
+
+        Returns:
+            The value at ``key`` (None when it is missing).
+
+        Raises:
+            PicoFlowError: the step is not registered in this flow.
+
+        Example:
+            ```python
+            name = self.flow.get_step_state(AskNameStep, "name")
+            ```
+        """
         return self.run_context.view(self).step_state(self.require_step(step_cls), key)
 
     def save_step_state(self, step_cls: type[Step] | str, data: dict[str, Any]) -> None:

@@ -86,7 +86,9 @@ class RunResponse(BaseModel):
             extra["provider"] = exc.provider
             extra["setting"] = exc.setting
         if isinstance(cause, ScriptExhaustedError):
-            # Our own wording (call number, purpose, step): which reply the script lacks.
+            # Our own wording (call number, purpose, step): which reply the script lacks, and the setting
+            # that holds the script.
+            extra["setting"] = SCRIPT_SETTING
             extra["detail"] = str(cause)
         if isinstance(exc, SessionStoreError | SessionOutcomeUnknownError):
             # Our own wording: operation, endpoint and backend code, never user text.
@@ -111,6 +113,10 @@ def wire_approval(item: dict[str, Any]) -> dict[str, Any]:
         "id": item.get("id"), "tool": item.get("tool"), "arguments": item.get("arguments"), "step": item.get("step"),
         "approver": item.get("approver"), "expiresAt": item.get("expires_at"),
     }
+
+
+#: The setting a scripted model's replies come from (``picoflow.models.factory`` reads it).
+SCRIPT_SETTING = "PICOFLOW_SCRIPT"
 
 
 def client_message(exc: PicoFlowError, *, saved: bool = False) -> str:

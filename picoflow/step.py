@@ -82,7 +82,22 @@ class Step:
     # -- registration -------------------------------------------------------------------------
 
     def use_memory(self, namespace: str) -> Step:
-        """Read and write history in ``namespace`` (steps sharing one share history)."""
+        """Read and write history in ``namespace`` (steps sharing one share history).
+
+        Args:
+            namespace: Letters, digits, ``-`` and ``_``, starting with a letter (at most 128 characters).
+
+        Returns:
+            This step, so registrations chain.
+
+        Raises:
+            PicoFlowError: the name is not a valid namespace.
+
+        Example:
+            ```python
+            AskNameStep(self).use_memory("chat")
+            ```
+        """
         try:
             self._namespace = validate_namespace(namespace)
         except ValueError as exc:
@@ -94,6 +109,17 @@ class Step:
 
         Leave out ``retry_attempts`` to keep the flow's attempt budget; the flow's params are merged in only
         when the provider and model name are the same as the flow's.
+
+        Args:
+            selection: A ``ModelSelection``, or the same as a dict (``{"provider": ..., "name": ...}``).
+
+        Returns:
+            This step, so registrations chain.
+
+        Example:
+            ```python
+            FavoritesStep(self).use_model(ModelSelection(provider="openai", name="gpt-4o"))
+            ```
         """
         self._model_override = selection if isinstance(selection, ModelSelection) else ModelSelection(**selection)
         return self
@@ -113,7 +139,17 @@ class Step:
     # -- hooks --------------------------------------------------------------------------------
 
     def get_prompt(self) -> str | None:
-        """The system prompt; by default whatever ``.with_prompt()`` stored."""
+        """The system prompt; by default whatever ``.with_prompt()`` stored.
+
+        Returns:
+            The text the model reads first on every call of this step; None sends an empty system message.
+
+        Example:
+            ```python
+            def get_prompt(self) -> str:
+                return "Ask for the user's full name, then save it with capture_name."
+            ```
+        """
         return self.flow.run_context.state_of(self).get(PROMPT_KEY)
 
     def get_turn_notes(self) -> str | None:
@@ -231,7 +267,18 @@ class Step:
     # -- state --------------------------------------------------------------------------------
 
     def save_state(self, data: dict[str, Any]) -> None:
-        """Replace ``data``'s first key, deep-merge the rest, and stamp ``_saveOn``."""
+        """Replace ``data``'s first key, deep-merge the rest, and stamp ``_saveOn``.
+
+        The state is saved with the session at the end of the turn; an empty ``data`` changes nothing.
+
+        Args:
+            data: The keys to save; plain JSON values.
+
+        Example:
+            ```python
+            self.save_state({"name": args.name})
+            ```
+        """
         if not data:
             return
         context = self.flow.run_context
@@ -242,7 +289,19 @@ class Step:
         state[SAVE_ON_KEY] = format_timestamp(datetime.now(UTC))
 
     def get_state(self, path: str | None = None) -> Any:
-        """The whole durable state, or one dotted path in it."""
+        """The whole durable state, or one dotted path in it.
+
+        Args:
+            path: A dotted path (``"address.city"``); None reads the whole state.
+
+        Returns:
+            The value at ``path`` (None when it is missing).
+
+        Example:
+            ```python
+            first = self.get_state("first")
+            ```
+        """
         return read_path(self.flow.run_context.state_of(self), path)
 
     def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
@@ -326,7 +385,23 @@ class Step:
     # -- nested execution -----------------------------------------------------------------------
 
     async def run_step(self, step_cls: type[Step] | str, user_message: str | None = None) -> Any:
-        """Run a registered child step inside this turn and return its answer; the cursor stays put."""
+        """Run a registered child step inside this turn and return its answer; the cursor stays put.
+
+        Args:
+            step_cls: The child step's class or registered name.
+            user_message: The message the child starts from; None opens it with the framework's own.
+
+        Returns:
+            The child's answer: its last reply's content, or what its ``on_response`` returned.
+
+        Raises:
+            PicoFlowError: the child is not registered, or it tries to move the cursor.
+
+        Example:
+            ```python
+            tagline = await self.run_step(TaglineStep, "Write a tagline for Ada")
+            ```
+        """
         return await self.flow.run_context.require_services().run_child(self.flow, step_cls, user_message)
 
     async def run_steps(

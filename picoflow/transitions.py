@@ -109,7 +109,22 @@ class Transition:
 
 
 def go(target: Any) -> Transition:
-    """Move the cursor to ``target`` (a Step class or a registered step name)."""
+    """Move the cursor to ``target`` (a Step class or a registered step name).
+
+    Args:
+        target: The step to enter; it is entered in the same turn and its model answers.
+
+    Returns:
+        The transition to return from a tool handler, ``on_response`` or ``run_logic``.
+
+    Raises:
+        PicoFlowError: ``target`` is empty, or a class without an id.
+
+    Example:
+        ```python
+        return go(GreetStep)
+        ```
+    """
     return Transition(step=step_name(target))
 
 
@@ -121,7 +136,19 @@ def _handler_step(what: str) -> Step:
 
 
 def stay(feedback: str | None = None) -> Transition:
-    """Keep the executing step and send ``feedback`` (default ``input validated``) back to the model."""
+    """Keep the executing step and send ``feedback`` (default ``input validated``) back to the model.
+
+    Args:
+        feedback: The tool result the model reads before it continues.
+
+    Returns:
+        The transition to return from a tool handler.
+
+    Example:
+        ```python
+        return stay("Ask for the family name as well.")
+        ```
+    """
     step = _handler_step("stay")
     return Transition(step=step.id, tool=feedback or TOOL_VALIDATED)
 
@@ -130,6 +157,17 @@ def direct(content: Any) -> Transition:
     """Answer the caller with ``content`` verbatim and keep the cursor; no further model call this turn.
 
     Returned from a tool handler, or from a ``DecisionStep``'s ``on_decision``/``on_decision_error``.
+
+    Args:
+        content: The answer; anything but a string is sent as JSON.
+
+    Returns:
+        The transition to return.
+
+    Example:
+        ```python
+        return direct("Here are the three hotels side by side: ...")
+        ```
     """
     step = _handler_step("direct")
     return Transition(step=step.id, message=DirectMessage(step, content))
@@ -142,7 +180,19 @@ def direct_to(target: Any, content: Any) -> Transition:
 
 
 def finish(content: Any) -> Transition:
-    """Complete the session, keep the cursor, and answer with ``content`` verbatim."""
+    """Complete the session, keep the cursor, and answer with ``content`` verbatim.
+
+    Args:
+        content: The last answer of the session; anything but a string is sent as JSON.
+
+    Returns:
+        The transition to return from a tool handler or ``run_logic``.
+
+    Example:
+        ```python
+        return finish("Sorry, members must be 13 or older. Goodbye!")
+        ```
+    """
     step = handling_step()
     # Outside a handler (on_response, a logic step) the step is known only when the answer is delivered.
     message = DirectMessage(step, content) if step else DirectMessage("", content, id=None)

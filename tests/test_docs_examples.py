@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import re
 import runpy
 import sys
@@ -48,7 +49,8 @@ from picoflow.local.scenario import Scenario
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.stores import SessionDoc
 
-ROOT = Path(__file__).resolve().parents[1]
+# The sources a page's --8<-- lines include; tests/test_docs_outside.py runs a copy of this module elsewhere.
+ROOT = Path(os.environ.get("DOCS_SOURCE_ROOT") or Path(__file__).resolve().parents[1])
 DOCS = ROOT / "docs"
 # Prompt files of the tutorial flows are Markdown too, but not pages (mkdocs.yml excludes them).
 PAGES = sorted(page for page in DOCS.rglob("*.md") if "prompts" not in page.relative_to(DOCS).parts)
@@ -132,22 +134,58 @@ _FILE_TITLE = re.compile(r"^[\w.-]+(?:/[\w.-]+)*\.(?:py|json|md|txt)$")
 
 
 def _write_file(folder: Path, block: Block, where: str) -> Path:
-    """Save a file block where the reader would, checking a json file by its name."""
+    """Save a file block where the reader would, checking a json file by its name.
+
+    A block made of ``--8<--`` lines shows the whole of the included files: that text is what the reader saves.
+    """
     assert block.title is not None
     path = folder / block.title
+    snippets = _snippet_lines(block.body)
+    text = "".join(_section(m["path"], m["section"]) for m in snippets) if snippets else block.body
     if path.suffix == ".json":
         check = FILE_KINDS.get(path.name)
         assert check is not None, f"{where}: a json file block is one of {sorted(FILE_KINDS)}"
-        check(json.loads(block.body))
+        check(json.loads(text))
     elif path.suffix == ".py":
-        compile(block.body, where, "exec", dont_inherit=True)
+        compile(text, where, "exec", dont_inherit=True)
         # A page may rewrite a module it saved before: the next import reads the new text.
         module = ".".join(path.relative_to(folder).with_suffix("").parts)
         for name in [name for name in sys.modules if name == module or name.startswith(f"{module}.")]:
             del sys.modules[name]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(block.body, encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path
+
+
+def is_file_block(block: Block) -> bool:
+    """Whether ``block`` is a file the reader saves (its title is a relative file name)."""
+    return bool(block.title and _FILE_TITLE.match(block.title))
+
+
+def nav_pages() -> list[Path]:
+    """The pages in the site's reading order (mkdocs.yml's nav)."""
+    import yaml
+
+    def walk(entry: Any) -> list[str]:
+        if isinstance(entry, str):
+            return [entry]
+        if isinstance(entry, list):
+            return [page for item in entry for page in walk(item)]
+        if isinstance(entry, dict):
+            return [page for value in entry.values() for page in walk(value)]
+        return []
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    return [DOCS / page for page in walk(nav)]
+
+
+def save_earlier_files(page: Path, folder: Path) -> None:
+    """Save the file blocks of the pages before ``page`` in its folder of the site, as a reader would have."""
+    order = [other for other in nav_pages() if other.parent == page.parent]
+    for earlier in order[: order.index(page)] if page in order else []:
+        for block in blocks(earlier):
+            if is_file_block(block):
+                _write_file(folder, block, f"{earlier.name}:{block.line}")
 
 
 def _section(path: str, section: str | None) -> str:
@@ -185,7 +223,7 @@ def run_page(page: Path, folder: Path | None = None) -> Counter[str]:
             where = f"{page.name}:{block.line}"
             following = found[index + 1] if index + 1 < len(found) else None
             shows_output = following is not None and following.lang == "text" and following.title == "Output"
-            if block.title and _FILE_TITLE.match(block.title):
+            if is_file_block(block):
                 path = _write_file(folder, block, where)
                 counts["file"] += 1
                 if path.suffix != ".py" or not shows_output:
@@ -195,10 +233,13 @@ def run_page(page: Path, folder: Path | None = None) -> Counter[str]:
                     runpy.run_path(str(path), run_name="__main__")
                 counts["executed"] += 1
             elif block.lang == "json":
-                assert block.title in JSON_KINDS, f"{where}: a json block needs a title among {sorted(JSON_KINDS)}"
+                # "In signup/conversation.json": a file saved earlier, shown again; checked by the file's name.
+                named = block.title.removeprefix("In ").rsplit("/", 1)[-1] if block.title else None
+                check = JSON_KINDS.get(block.title or "") or FILE_KINDS.get(named or "")
+                assert check is not None, f"{where}: a json block needs a title among {sorted(JSON_KINDS)}"
                 snippets = _snippet_lines(block.body)
                 text = "".join(_section(m["path"], m["section"]) for m in snippets) if snippets else block.body
-                JSON_KINDS[block.title](json.loads(text))
+                check(json.loads(text))
                 counts["json"] += 1
                 continue
             elif block.lang != "python":
@@ -243,8 +284,14 @@ def repository_root(monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(DOCS)) for page in PAGES])
-def test_the_examples_of_the_page_run_as_shown(page: Path, repository_root: Path) -> None:
-    counts = run_page(page)
+def test_the_examples_of_the_page_run_as_shown(
+    page: Path, repository_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A track's pages build on the files its earlier pages had the reader save, and run where those files are.
+    save_earlier_files(page, tmp_path)
+    if any(is_file_block(block) for other in page.parent.glob("*.md") for block in blocks(other)):
+        monkeypatch.chdir(tmp_path)
+    counts = run_page(page, tmp_path)
     COUNTS.update(counts)
     COUNTS["pages"] += 1
 

@@ -49,6 +49,9 @@ def test_the_site_builds_strictly_with_every_section(site: Path) -> None:
     # The API reference is generated from the docstrings, not written by hand.
     for docstring in ("Run a registered child step inside this turn", "A deterministic step"):
         assert docstring in reference
+    # The docstrings' sections are rendered: parameter tables, what comes back, examples.
+    for rendered in ("Parameters:", "Returns:", "Raises:", "Example", "ask for the family name as well."):
+        assert rendered.lower() in reference.lower(), rendered
     # Pages show the code of the tutorial modules they include, not the include line.
     tutorial = (site / "tutorials/basic/04-tools/index.html").read_text(encoding="utf-8")
     assert "save_name" in tutorial and "--8&lt;--" not in tutorial and "--8<--" not in tutorial
@@ -97,3 +100,27 @@ def test_a_page_renders_in_chromium(served: str, path: str, heading: str, shot: 
         page.screenshot(path=str(SCREENSHOTS / shot), full_page=False)
         context.close()
     assert not [url for url in failed if url.startswith(served)], failed
+
+
+@pytest.mark.parametrize(
+    ("path", "shot"),
+    [("/reference/authoring/", "docs-reference-1280.png"), ("/tutorials/basic/", "docs-tutorial-1280.png")],
+)
+def test_pages_at_1280_px_keep_code_in_the_column_and_link_previous_and_next(served: str, path: str, shot: str) -> None:
+    with launched_chromium() as chromium:
+        context = chromium.new_context(viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(PAGE_TIMEOUT_MS)
+        page = context.new_page()
+        page.goto(served + path, wait_until="load")
+        # Every code block fits its column: nothing is cut off or hidden behind a scroll bar.
+        overflowing = page.evaluate(
+            "() => [...document.querySelectorAll('.md-typeset pre > code')]"
+            ".filter(code => code.scrollWidth > code.clientWidth + 1).length"
+        )
+        assert page.locator(".md-typeset pre > code").count() >= 1
+        assert overflowing == 0
+        assert page.locator("a.md-footer__link--next").count() == 1
+        assert page.locator("a.md-footer__link--prev").count() == 1
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / shot), full_page=False)
+        context.close()

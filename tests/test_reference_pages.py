@@ -4,14 +4,19 @@ every template parameter with its default."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
+from picoflow import Flow, FlowEngine, ModelSelection, Step
 from picoflow.errors import PUBLIC_MESSAGES, ScriptExhaustedError
-from picoflow.models.registry import ModelSelection
+from picoflow.models.openai import OPENAI_COMPATIBLE
+from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
+from picoflow.stores import MemorySessionStore
 
 ROOT = Path(__file__).resolve().parents[1]
 TROUBLESHOOTING = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
@@ -48,7 +53,10 @@ def test_every_error_code_has_a_cause_and_a_fix_on_the_troubleshooting_page() ->
 
 
 def test_every_setting_the_library_reads_is_on_the_configuration_page() -> None:
-    variables = variables_read_by_the_library()
+    # The OpenAI-compatible providers name their variables in a table rather than reading them by literal.
+    endpoints = {name for endpoint in OPENAI_COMPATIBLE.values()
+                 for name in (endpoint.key_env, endpoint.base_url_env, endpoint.api_version_env) if name}
+    variables = variables_read_by_the_library() | endpoints
     # The scan finds the settings (a broken pattern would find none and pass).
     assert {"SESSION_STORE", "PICOFLOW_SCRIPT", "PICOFLOW_FLOWS", "PICOFLOW_MAX_FILE_BYTES", "SQLITE_PATH"} <= variables
     documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", CONFIGURATION))
@@ -77,7 +85,7 @@ def test_a_script_out_of_replies_names_itself_and_the_setting_to_fix() -> None:
     try:
         model.invoke("second")
     except ScriptExhaustedError as error:
-        assert error.code == "MODEL_NOT_CONFIGURED" and "has no reply for model call 2" in str(error)
+        assert error.code == "MODEL_UNAVAILABLE" and "has no reply for model call 2" in str(error)
     else:
         raise AssertionError("the second call found a reply")
     assert "`PICOFLOW_SCRIPT`" in CONFIGURATION and "PICOFLOW_SCRIPT" in TROUBLESHOOTING
@@ -89,3 +97,26 @@ def test_the_hotel_flows_line_count_on_the_run_locally_page_is_measured() -> Non
     counted = sum(len((ROOT / "flows" / "hotel" / name).read_text(encoding="utf-8").splitlines())
                   for name in ("flow.py", "steps.py"))
     assert int(shown) == counted
+
+
+class OneStep(Step):
+    def get_prompt(self) -> str:
+        return "Greet the user."
+
+
+class OneStepFlow(Flow):
+    def config_model(self) -> ModelSelection:
+        return ModelSelection(provider="openai", name="gpt-4o-mini", retry_attempts=1)
+
+    def define_steps(self) -> list[Step]:
+        return [OneStep(self)]
+
+
+async def test_the_turn_log_names_the_exhausted_script_and_the_call(caplog: pytest.LogCaptureFixture) -> None:
+    engine = FlowEngine([OneStepFlow], MemorySessionStore(), providers=ProviderRegistry(override=ScriptedProvider([])))
+    with caplog.at_level(logging.INFO, logger="picoflow"):
+        response = await engine.run("OneStepFlow", "Hi")
+    assert response.error_code == "MODEL_UNAVAILABLE"
+    (failed,) = [record for record in caplog.records if record.getMessage() == "Turn failed"]
+    assert failed.setting == "PICOFLOW_SCRIPT"  # type: ignore[attr-defined]
+    assert "has no reply for model call 1, a chat call of step 'OneStep'" in failed.detail  # type: ignore[attr-defined]

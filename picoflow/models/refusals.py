@@ -6,7 +6,7 @@ does not know. These are the operator's to fix, not the user's failure, and each
 
 from __future__ import annotations
 
-from picoflow.errors import ModelAuthFailedError, ModelNotConfiguredError, ScriptExhaustedError
+from picoflow.errors import ModelAuthFailedError, ModelNotConfiguredError
 from picoflow.models.parameters import forget_parameters
 
 _AUTH_STATUSES = {401: "the API key", 403: "the API key's access"}
@@ -16,8 +16,6 @@ _AUTH_CODES = {
 }
 _CONFIGURATION_STATUSES = {404: "the model name"}
 _CONFIGURATION_CODES = {"ResourceNotFoundException": "the model name"}
-# A scripted model out of replies: the script is the setting to fix (picoflow.models.factory reads it).
-SCRIPT_SETTING = "PICOFLOW_SCRIPT"
 
 
 def configuration_error(error: BaseException | None, provider: str, text: str) -> ModelNotConfiguredError | None:
@@ -28,8 +26,6 @@ def configuration_error(error: BaseException | None, provider: str, text: str) -
     """
     if error is None:
         return None
-    if isinstance(error, ScriptExhaustedError):
-        return ModelNotConfiguredError(text, provider=provider, setting=SCRIPT_SETTING)
     status = getattr(error, "status_code", None)
     response = getattr(error, "response", None)
     code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None

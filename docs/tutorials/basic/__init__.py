@@ -7,7 +7,10 @@ running two parallel workers and a nested child) -> SummaryStep -> TerminateSess
 
 from __future__ import annotations
 
-from docs.tutorials.basic.steps import (
+from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
+from picoflow.stores import SessionDoc
+
+from .steps import (
     AgeGateStep,
     BirthdayStep,
     ColorMeaningStep,
@@ -19,8 +22,6 @@ from docs.tutorials.basic.steps import (
     SummaryStep,
     TaglineStep,
 )
-from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
-from picoflow.stores import SessionDoc
 
 # --8<-- [start:flow]
 # A session idle for longer than this starts over instead of resuming half a profile.

@@ -10,10 +10,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from docs.tutorials.basic.validators import age_on, parse_birthday, parse_full_name
 from picoflow import LogicStep, Step, TerminateSessionStep, Transition, finish, go, prompt, stay, tool, tools
 from picoflow.messages import HumanMessageEx
 from picoflow.parallel import RunStepRequest
+
+from .validators import age_on, parse_birthday, parse_full_name
 
 # The youngest age the service accepts.
 MINIMUM_AGE = 13
