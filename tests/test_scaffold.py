@@ -424,7 +424,9 @@ def test_the_generated_template_matches_the_repositorys_for_production(project: 
     def alarms(template: dict) -> dict:
         return {k: v for k, v in template["Resources"].items() if v["Type"] == "AWS::CloudWatch::Alarm"}
 
-    assert alarms(generated) == alarms(main) and alarms(main)
+    # The project's template has the HTTP path's alarms, each as the repository's; the repository's adds the
+    # turn, spend and WebSocket alarms, which read resources and parameters a new project does not have yet.
+    assert alarms(generated) and all(alarm == alarms(main)[name] for name, alarm in alarms(generated).items())
 
     def function(template: dict) -> dict:
         # The HTTP API's function; the repository's template may also hold the WebSocket API's.

@@ -513,13 +513,13 @@ def _metrics(alarm: dict) -> list[tuple[str, str, dict, str]]:
     """(namespace, metric name, dimensions, statistic) of each metric the alarm reads."""
     props = alarm["Properties"]
     if "MetricName" in props:
-        dimensions = {d["Name"]: d["Value"] for d in props["Dimensions"]}
+        dimensions = {d["Name"]: d["Value"] for d in props.get("Dimensions", [])}
         return [(props["Namespace"], props["MetricName"], dimensions, props["Statistic"])]
     found = []
     for query in props["Metrics"]:
         if "MetricStat" in query:
             metric = query["MetricStat"]["Metric"]
-            dimensions = {d["Name"]: d["Value"] for d in metric["Dimensions"]}
+            dimensions = {d["Name"]: d["Value"] for d in metric.get("Dimensions", [])}
             found.append((metric["Namespace"], metric["MetricName"], dimensions, query["MetricStat"]["Stat"]))
     return found
 
@@ -530,7 +530,12 @@ def _expression(alarm: dict) -> str:
 
 
 def _alarm_on(template, namespace: str, metric_name: str) -> dict:
-    (alarm,) = [a for a in _alarms(template).values() if any(m[:2] == (namespace, metric_name) for m in _metrics(a))]
+    """The HTTP path's alarm on ``metric_name`` (the WebSocket path's twins carry the condition HasWebSocketApi)."""
+    (alarm,) = [
+        a for a in _alarms(template).values()
+        if "Condition" not in a or a["Condition"] != "HasWebSocketApi"
+        if any(m[:2] == (namespace, metric_name) for m in _metrics(a))
+    ]
     return alarm
 
 
@@ -546,7 +551,7 @@ def test_alarm_topic_parameter(template):
 
 def test_every_alarm_notifies_the_optional_topic(template):
     alarms = _alarms(template)
-    assert len(alarms) == 7
+    assert len(alarms) == 15
     notify = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
     for name, alarm in alarms.items():
         props = alarm["Properties"]
@@ -560,7 +565,8 @@ def test_api_5xx_rate_alarm(template):
     metrics = _metrics(alarm)
     assert {(m[1], m[3]) for m in metrics} == {("5xx", "Sum"), ("Count", "Sum")}
     assert all(m[2] == {"ApiId": {"Ref": "HttpApi"}} for m in metrics)
-    assert _expression(alarm) == "IF(requests >= 10, 100 * errors / requests, 0)"
+    # Counted against at least 20 requests: at low traffic one 5xx is 5 % and fires it.
+    assert _expression(alarm) == "100 * errors / IF(requests < 20, 20, requests)"
     assert alarm["Properties"]["Threshold"] == 5
 
 

@@ -12,7 +12,10 @@ import pytest
 from cfnlint.decode import cfn_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-WEBSOCKET_TYPES = ("AWS::ApiGatewayV2::", "AWS::Serverless::Function", "AWS::Logs::LogGroup", "AWS::Lambda::Permission")
+WEBSOCKET_TYPES = (
+    "AWS::ApiGatewayV2::", "AWS::Serverless::Function", "AWS::Logs::LogGroup", "AWS::Lambda::Permission",
+    "AWS::CloudWatch::Alarm",
+)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,11 @@ def test_the_function_runs_the_websocket_handler_on_the_same_sessions(template, 
     props = function["Properties"]
     module, _, attribute = props["Handler"].rpartition(".")
     assert callable(getattr(importlib.import_module(module), attribute))
-    assert props["Timeout"] < 29
+    assert props["Timeout"] == {"Ref": "WebSocketTimeout"} and template["Parameters"]["WebSocketTimeout"]["MaxValue"] < 29
+    assert props["MemorySize"] == {"Ref": "WebSocketMemorySize"}
+    assert props["ReservedConcurrentExecutions"] == {
+        "Fn::If": ["HasWebSocketReservedConcurrency", {"Ref": "WebSocketReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
+    }
     api_env = template["Resources"]["ApiFunction"]["Properties"]["Environment"]["Variables"]
     env = props["Environment"]["Variables"]
     for name in ("SESSION_STORE", "SESSION_TABLE", "SESSION_TTL_SECONDS", "PICOFLOW_FLOWS", "FILES_BUCKET",
