@@ -73,7 +73,8 @@ def test_the_function_runs_the_websocket_handler_on_the_same_sessions(template, 
     props = function["Properties"]
     module, _, attribute = props["Handler"].rpartition(".")
     assert callable(getattr(importlib.import_module(module), attribute))
-    assert props["Timeout"] == {"Ref": "WebSocketTimeout"} and template["Parameters"]["WebSocketTimeout"]["MaxValue"] < 29
+    assert props["Timeout"] == {"Ref": "WebSocketTimeout"}
+    assert template["Parameters"]["WebSocketTimeout"]["MaxValue"] < 29
     assert props["MemorySize"] == {"Ref": "WebSocketMemorySize"}
     assert props["ReservedConcurrentExecutions"] == {
         "Fn::If": ["HasWebSocketReservedConcurrency", {"Ref": "WebSocketReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
