@@ -192,7 +192,7 @@ def test_jwt_authorizer_is_optional(template, http_api):
 
 
 def test_jwt_settings_must_come_together(template):
-    (rule,) = template["Rules"].values()
+    rule = template["Rules"]["JwtSettingsComeTogether"]
     (assertion,) = rule["Assertions"]
     both_empty, both_set = assertion["Assert"]["Fn::Or"]
     assert both_empty == {
