@@ -40,7 +40,7 @@ def alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def dashboard(template: dict[str, Any]) -> dict[str, Any]:
     body, variables = template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
-    assert set(variables) == {"WebSocketFunctionName", "WebSocketApiId"}
+    assert set(variables) == {"SessionsTableInUse", "WebSocketFunctionName", "WebSocketApiId"}
     # Every ${...} is a string inside the JSON: any text in its place gives the same structure.
     parsed: dict[str, Any] = json.loads(re.sub(r"\$\{[^}]+\}", "X", body))
     return parsed

@@ -1,3 +1,4 @@
+import json
 import re
 import subprocess
 import sys
@@ -27,9 +28,18 @@ def function(template) -> dict:
     return template["Resources"]["ApiFunction"]["Properties"]
 
 
+def stack_table(value: dict) -> dict:
+    """The stack's own table in ``value``, which names RestoredTableName instead when that is set."""
+    if "Fn::If" in value:
+        condition, restored, own = value["Fn::If"]
+        assert condition == "HasRestoredTable" and "RestoredTableName" in str(restored)
+        return own
+    return value
+
+
 @pytest.fixture(scope="module")
 def table_name(function) -> str:
-    return function["Environment"]["Variables"]["SESSION_TABLE"]["Ref"]
+    return stack_table(function["Environment"]["Variables"]["SESSION_TABLE"])["Ref"]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +93,7 @@ def test_routes(function):
 def test_environment(function, table_name):
     env = function["Environment"]["Variables"]
     assert env["SESSION_STORE"] == "DYNAMODB"
-    assert env["SESSION_TABLE"] == {"Ref": table_name}
+    assert stack_table(env["SESSION_TABLE"]) == {"Ref": table_name}
     assert env["PICOFLOW_FLOWS"] == {"Ref": "FlowsModule"}
     assert env["SESSION_TTL_SECONDS"] == {"Ref": "SessionRetentionSeconds"}
     assert env["POWERTOOLS_LOG_LEVEL"] == {"Ref": "LogLevel"}
@@ -159,6 +169,7 @@ def test_dynamodb_access_is_item_level_and_on_the_sessions_table_only(template, 
     for statement in dynamo:
         assert statement["Effect"] == "Allow"
         (resource,) = _as_list(statement["Resource"])
+        resource = stack_table(resource)
         if "Fn::Sub" in resource:
             # The one query the function makes: erasure, on the owner index (never the table: no scan).
             assert resource == {"Fn::Sub": "${SessionsTable.Arn}/index/owner-index"}
@@ -227,7 +238,7 @@ def test_ssm_read_is_scoped_to_the_key_parameter(function):
 def test_outputs(template, table_name):
     outputs = template["Outputs"]
     assert "execute-api" in outputs["ApiUrl"]["Value"]["Fn::Sub"]
-    assert outputs["SessionsTableName"]["Value"] == {"Ref": table_name}
+    assert stack_table(outputs["SessionsTableName"]["Value"]) == {"Ref": table_name}
     assert "IdempotencyTableName" not in outputs
 
 
@@ -600,10 +611,45 @@ def test_concurrency_alarm_is_relative_to_the_reservation(template):
 def test_dynamodb_alarms_cover_every_operation_of_the_function(template, function, table_name, metric_name):
     alarm = _alarm_on(template, "AWS/DynamoDB", metric_name)
     metrics = _metrics(alarm)
-    assert all(m[2]["TableName"] == {"Ref": table_name} and m[3] == "Sum" for m in metrics)
+    assert all(stack_table(m[2]["TableName"]) == {"Ref": table_name} and m[3] == "Sum" for m in metrics)
     (statement,) = [s for s in function["Policies"][0]["Statement"] if s.get("Sid") == "SessionItems"]
     used = {action.removeprefix("dynamodb:") for action in statement["Action"]}
     assert {m[2]["Operation"] for m in metrics} == used
     ids = [q["Id"] for q in alarm["Properties"]["Metrics"] if "MetricStat" in q]
     assert _expression(alarm) == f"SUM([{', '.join(ids)}])"
     assert alarm["Properties"]["Threshold"] == 1
+
+
+def test_a_restored_table_replaces_the_stacks_everywhere(template):
+    # After a point-in-time restore the functions, their roles, alarms and dashboard follow RestoredTableName:
+    # every use of the stack's table sits in an Fn::If whose other branch names the restored one.
+    assert template["Parameters"]["RestoredTableName"]["Default"] == ""
+    bare: list[str] = []
+
+    def walk(value, path: str, guarded: bool) -> None:
+        if isinstance(value, dict):
+            if "Fn::If" in value and value["Fn::If"][0] == "HasRestoredTable":
+                guarded = True
+            elif not guarded:
+                sub = value.get("Fn::Sub")
+                text = sub[0] if isinstance(sub, list) else sub
+                if (
+                    value.get("Ref") == "SessionsTable"
+                    or (value.get("Fn::GetAtt") or [None])[0] == "SessionsTable"
+                    or (isinstance(text, str) and re.search(r"\$\{SessionsTable[.}]", text))
+                ):
+                    bare.append(path)
+            for key, item in value.items():
+                walk(item, f"{path}.{key}", guarded)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                walk(item, f"{path}[{index}]", guarded)
+
+    for name, resource in template["Resources"].items():
+        if name != "SessionsTable":
+            walk(resource, name, False)
+    assert bare == []
+    dashboard = template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][1]
+    assert dashboard["SessionsTableInUse"] == {
+        "Fn::If": ["HasRestoredTable", {"Ref": "RestoredTableName"}, {"Ref": "SessionsTable"}]
+    }
