@@ -447,7 +447,8 @@ def test_the_generated_template_matches_the_repositorys_for_production(project: 
         assert retention == 30
     table = generated["Resources"]["SessionsTable"]
     main_table = main["Resources"]["SessionsTable"]
-    for key in ("PointInTimeRecoverySpecification", "SSESpecification", "DeletionProtectionEnabled"):
+    for key in ("PointInTimeRecoverySpecification", "SSESpecification", "DeletionProtectionEnabled",
+                "AttributeDefinitions", "GlobalSecondaryIndexes"):
         assert table["Properties"][key] == main_table["Properties"][key], key
 
     def api(template: dict) -> dict:
