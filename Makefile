@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FLOW ?= HotelFlow
 
-.PHONY: run eval test lint typecheck bench clean chromium docs build-ApiFunction build-WebSocketFunction lock
+.PHONY: run eval test lint typecheck bench clean chromium docs build-ApiFunction build-WebSocketFunction build-WebSocketAuthorizerFunction lock
 
 RUN_STAMP := $(VENV)/.installed-run
 # setuptools' notice about editable installs, which would otherwise end the install's output.
@@ -101,8 +101,10 @@ lock: $(STAMP)
 		$(addprefix --extra ,$(LOCK_EXTRAS)) $(addprefix --no-emit-package ,$(LOCK_LEFT_OUT)) \
 		--output-file requirements.txt
 
-# The WebSocket API's function (template parameter EnableWebSocketApi) ships the same code.
+# The WebSocket API's functions (template parameter EnableWebSocketApi), its turns and its connect authorizer, ship
+# the same code.
 build-WebSocketFunction: build-ApiFunction
+build-WebSocketAuthorizerFunction: build-ApiFunction
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

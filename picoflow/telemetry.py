@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from contextvars import Token
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from opentelemetry import context as otel_context
@@ -40,6 +41,8 @@ OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
 REQUEST_MODEL = "gen_ai.request.model"
 RESPONSE_MODEL = "gen_ai.response.model"
+RESPONSE_ID = "gen_ai.response.id"
+SERVER_ADDRESS = "server.address"
 CONVERSATION = "gen_ai.conversation.id"
 AGENT_NAME = "gen_ai.agent.name"
 WORKFLOW_NAME = "gen_ai.workflow.name"
@@ -51,6 +54,7 @@ REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
 TOOL_NAME = "gen_ai.tool.name"
 TOOL_CALL_ID = "gen_ai.tool.call.id"
+TOOL_TYPE = "gen_ai.tool.type"
 TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
 TOOL_RESULT = "gen_ai.tool.call.result"
 INPUT_MESSAGES = "gen_ai.input.messages"
@@ -63,7 +67,16 @@ COMPLETED = "picoflow.turn.completed"
 DECISION_ROUTE = "picoflow.decision.route"
 
 # The conventions' provider names where PicoFlow's built-in provider names differ from them.
-_PROVIDER_NAMES = {"bedrock": "aws.bedrock", "google": "gcp.gen_ai", "azure": "azure.ai.openai"}
+_PROVIDER_NAMES = {
+    "bedrock": "aws.bedrock", "google": "gcp.gen_ai", "azure": "azure.ai.openai", "azure-openai": "azure.ai.openai",
+}
+# Where each built-in provider's requests go unless an endpoint variable says otherwise (``server.address``).
+_SERVER_ADDRESSES = {
+    "openai": "api.openai.com", "anthropic": "api.anthropic.com", "google": "generativelanguage.googleapis.com",
+    "deepseek": "api.deepseek.com", "openrouter": "openrouter.ai",
+}
+# LangChain's own ids for a message a provider gave none (``run-...``): not the provider's response id.
+_LANGCHAIN_IDS = ("run-", "lc_run-")
 # Selection parameters that have a request attribute of their own.
 _REQUEST_PARAMS = {
     "temperature": "gen_ai.request.temperature",
@@ -94,6 +107,22 @@ def capture_content() -> bool:
 def provider_name(provider: str) -> str:
     """``gen_ai.provider.name`` for a selection's provider."""
     return _PROVIDER_NAMES.get(provider, provider)
+
+
+def server_address(provider: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """``server.address`` of a built-in provider's requests: the host of its endpoint variable when one is set
+    (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``, ``AZURE_OPENAI_ENDPOINT`` ...), else its public API's; Bedrock's
+    Region endpoint; None for a provider it does not know."""
+    env = os.environ if environ is None else environ
+    variable = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL", "google": "GOOGLE_BASE_URL",
+                "azure-openai": "AZURE_OPENAI_ENDPOINT"}.get(provider)
+    configured = (env.get(variable) or "").strip() if variable else ""
+    if configured:
+        return urlsplit(configured).hostname
+    if provider == "bedrock":
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+        return f"bedrock-runtime.{region}.amazonaws.com" if region else None
+    return _SERVER_ADDRESSES.get(provider)
 
 
 # -- the turn -------------------------------------------------------------------------------------
@@ -216,14 +245,17 @@ class _Runs:
         if running is None:
             return
         attributes = running.attributes({OPERATION: "invoke_agent", AGENT_NAME: step.id})
+        # A logic step calls no model, but its span names the flow's provider as every invoke_agent span must.
+        selection = step.model_selection()
+        attributes[PROVIDER] = provider_name(selection.provider)
         if not step.is_logic():
-            selection = step.model_selection()
-            attributes.update({PROVIDER: provider_name(selection.provider), REQUEST_MODEL: selection.name})
+            attributes[REQUEST_MODEL] = selection.name
         self.step = _tracer.start_span(f"invoke_agent {step.id}", attributes=attributes)
         self.step_token = otel_context.attach(trace.set_span_in_context(self.step))
 
     def start_tool(self, running: _Turn, call: Mapping[str, Any]) -> None:
-        attributes = running.attributes({OPERATION: "execute_tool", TOOL_NAME: call["name"]})
+        # Every tool a step offers is a function the model calls (MCP tools included, as the step offers them).
+        attributes = running.attributes({OPERATION: "execute_tool", TOOL_NAME: call["name"], TOOL_TYPE: "function"})
         if call.get("id"):
             attributes[TOOL_CALL_ID] = call["id"]
         if running.capture:
@@ -345,9 +377,12 @@ class ModelCallSpan:
         reasons = [reason] if reason else []
         if reasons:
             attributes[FINISH_REASONS] = reasons[:1]
-        model = metadata.get("model_name") or metadata.get("model")
-        if isinstance(model, str) and model and model != self.requested:
+        model = metadata.get("model_name") or metadata.get("model") or metadata.get("model_id")
+        if isinstance(model, str) and model:
             attributes[RESPONSE_MODEL] = model
+        response_id = metadata.get("id") or message.id
+        if isinstance(response_id, str) and response_id and not response_id.startswith(_LANGCHAIN_IDS):
+            attributes[RESPONSE_ID] = response_id
         if self.capture:
             reply = {**_as_message(message), **({"finish_reason": reasons[0]} if reasons else {})}
             attributes[OUTPUT_MESSAGES] = _json([reply])
@@ -376,6 +411,9 @@ def model_call(
     if selection is not None:
         attributes[PROVIDER] = provider_name(selection.provider)
         attributes[REQUEST_MODEL] = selection.name
+        address = server_address(selection.provider)
+        if address:
+            attributes[SERVER_ADDRESS] = address
         for key, attribute in _REQUEST_PARAMS.items():
             value = selection.params.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):

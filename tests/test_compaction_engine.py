@@ -177,7 +177,7 @@ async def age(store: MemorySessionStore, session_id: str, minutes: int) -> None:
     """Make a stored document look ``minutes`` idle (the store stamps saveOn itself, so patch its copy)."""
     doc = await store.load(session_id)
     doc.save_on = datetime.now(UTC) - timedelta(minutes=minutes)
-    store._rows[session_id] = (doc.revision, doc.flow.name, encode_document(doc), doc.owner)
+    store._rows[session_id] = (doc.revision, doc.flow.name, encode_document(doc))
 
 
 async def test_idle_sessions_restart_and_recent_ones_are_restored():

@@ -402,8 +402,8 @@ async def test_a_corrupted_session_can_still_be_ended_and_store_details_stay_pri
     engine, _ = scripted_engine([OtherFlow], [text("a")])
     first = await engine.run("OtherFlow", "hi")
     store = engine.session_store
-    revision, flow_name, _, owner = store._rows[first.session]
-    store._rows[first.session] = (revision, flow_name, b"{not json", owner)
+    revision, flow_name, _ = store._rows[first.session]
+    store._rows[first.session] = (revision, flow_name, b"{not json")
     broken = await engine.run("OtherFlow", "hi", first.session)
     assert (broken.status_code, broken.error_code) == (409, "SESSION_FLOW_INVARIANT")
     assert await engine.delete_session(first.session) == {"success": True, "session": first.session}

@@ -78,7 +78,7 @@ def test_a_document_keyed_only_by_its_database_id_gets_that_id():
 async def _stored_legacy(store: MemorySessionStore) -> str:
     """Put the legacy document in the store as the original runtime left it, at its revision."""
     doc = SessionDoc.from_stored(legacy())
-    store._rows[doc.id] = (doc.revision, doc.flow.name, json.dumps(legacy()).encode(), None)
+    store._rows[doc.id] = (doc.revision, doc.flow.name, json.dumps(legacy()).encode())
     return doc.id
 
 
@@ -115,7 +115,7 @@ async def test_a_legacy_document_without_a_resolvable_cursor_is_declined_not_abo
         step["isActive"] = False
     data["flows"][0]["steps"][1]["name"] = "RenamedStep"
     store = MemorySessionStore()
-    store._rows[data["id"]] = (data["revision"], "LegacyTripFlow", json.dumps(data).encode(), None)
+    store._rows[data["id"]] = (data["revision"], "LegacyTripFlow", json.dumps(data).encode())
     engine, _ = scripted_engine([LegacyTripFlow], [text("hello")], store=store)
     response = await engine.run("LegacyTripFlow", "hi", session_id=data["id"])
     assert response.success and response.session != data["id"]

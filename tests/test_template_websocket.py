@@ -12,7 +12,10 @@ import pytest
 from cfnlint.decode import cfn_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-WEBSOCKET_TYPES = ("AWS::ApiGatewayV2::", "AWS::Serverless::Function", "AWS::Logs::LogGroup", "AWS::Lambda::Permission")
+WEBSOCKET_TYPES = (
+    "AWS::ApiGatewayV2::", "AWS::Serverless::Function", "AWS::Logs::LogGroup", "AWS::Lambda::Permission",
+    "AWS::CloudWatch::Alarm",
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,7 @@ def test_the_websocket_api_is_off_unless_enabled(template, resources):
     assert {"WebSocketApi", "WebSocketFunction", "WebSocketStage", "WebSocketInvokePermission"} <= set(resources)
     for name, resource in resources.items():
         assert resource["Type"].startswith(WEBSOCKET_TYPES), name
-        assert resource["Condition"] in ("HasWebSocketApi", "HasWebSocketAuthorizer"), name
+        assert resource["Condition"] in ("HasWebSocketApi", "HasWebSocketAuthorizer", "HasWebSocketAccessLogs"), name
     assert template["Outputs"]["WebSocketUrl"]["Condition"] == "HasWebSocketApi"
     assert template["Outputs"]["WebSocketUrl"]["Value"]["Fn::Sub"].startswith("wss://${WebSocketApi}.")
 
@@ -60,9 +63,55 @@ def test_the_connect_authorizer_uses_the_http_apis_jwt_settings(template, resour
     assert authorizer["Condition"] == "HasWebSocketAuthorizer"
     props = authorizer["Properties"]
     assert props["AuthorizerType"] == "REQUEST"
-    assert props["IdentitySource"] == ["route.request.querystring.token"]
-    env = resources["WebSocketFunction"]["Properties"]["Environment"]["Variables"]
+    # The token is a subprotocol a browser offers, never a query parameter (which access logs record).
+    assert props["IdentitySource"] == ["route.request.header.Sec-WebSocket-Protocol"]
+    assert "${WebSocketAuthorizerFunction.Arn}" in props["AuthorizerUri"]["Fn::Sub"]
+    function = resources["WebSocketAuthorizerFunction"]
+    assert function["Condition"] == "HasWebSocketAuthorizer"
+    env = function["Properties"]["Environment"]["Variables"]
     assert env["JWT_ISSUER"] == {"Ref": "JwtIssuer"} and env["JWT_AUDIENCE"] == {"Ref": "JwtAudience"}
+    module, _, attribute = function["Properties"]["Handler"].rpartition(".")
+    assert callable(getattr(importlib.import_module(module), attribute))
+    permission = resources["WebSocketAuthorizerInvokePermission"]["Properties"]
+    assert permission["FunctionName"] == {"Ref": "WebSocketAuthorizerFunction"}
+    assert permission["SourceArn"]["Fn::Sub"].endswith("${WebSocketApi}/authorizers/${WebSocketAuthorizer}")
+
+
+def test_the_authorizer_reaches_no_data_and_the_turns_no_token_settings(template, resources):
+    # Split roles: the authorizer's has no policy beyond its logs; the turns' function keeps no JWT settings.
+    authorizer = resources["WebSocketAuthorizerFunction"]["Properties"]
+    assert "Policies" not in authorizer
+    for policy in ("BedrockInvokePolicy", "HotelMcpTokenPolicy", "KeyDecryptPolicy"):
+        assert {"Ref": "WebSocketAuthorizerFunctionRole"} not in template["Resources"][policy]["Properties"]["Roles"]
+    turns = resources["WebSocketFunction"]["Properties"]["Environment"]["Variables"]
+    assert "JWT_ISSUER" not in turns and "JWT_AUDIENCE" not in turns
+
+
+def test_no_anonymous_websocket_api_unless_a_parameter_says_so(template):
+    parameter = template["Parameters"]["AllowAnonymousWebSocket"]
+    assert parameter["Default"] == "false"
+    rule = template["Rules"]["WebSocketApiIsAuthorizedOrSaysSo"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "EnableWebSocketApi"}, "true"]}
+    (assertion,) = rule["Assertions"]
+    assert assertion["Assert"] == {"Fn::Or": [
+        {"Fn::Not": [{"Fn::Equals": [{"Ref": "JwtIssuer"}, ""]}]},
+        {"Fn::Equals": [{"Ref": "AllowAnonymousWebSocket"}, "true"]},
+    ]}
+
+
+def test_the_stage_writes_an_access_log_without_bodies_or_tokens(template, resources):
+    settings = resources["WebSocketStage"]["Properties"]["AccessLogSettings"]["Fn::If"]
+    assert settings[0] == "HasWebSocketAccessLogs"
+    assert settings[1]["DestinationArn"] == {"Fn::GetAtt": ["WebSocketAccessLogs", "Arn"]}
+    fields = set(re.findall(r"\$context\.([A-Za-z.]+)", settings[1]["Format"]))
+    assert {"requestId", "routeKey", "eventType", "status", "connectionId"} <= fields
+    assert not {"requestBody", "body"} & fields and not any("querystring" in f.lower() for f in fields)
+    assert resources["WebSocketAccessLogs"]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+
+
+def test_the_websocket_function_is_primed_like_the_http_one():
+    source = (ROOT / "handlers" / "websocket.py").read_text(encoding="utf-8")
+    assert "priming.install()" in source
 
 
 def test_the_function_runs_the_websocket_handler_on_the_same_sessions(template, resources):
@@ -70,7 +119,12 @@ def test_the_function_runs_the_websocket_handler_on_the_same_sessions(template, 
     props = function["Properties"]
     module, _, attribute = props["Handler"].rpartition(".")
     assert callable(getattr(importlib.import_module(module), attribute))
-    assert props["Timeout"] < 29
+    assert props["Timeout"] == {"Ref": "WebSocketTimeout"}
+    assert template["Parameters"]["WebSocketTimeout"]["MaxValue"] < 29
+    assert props["MemorySize"] == {"Ref": "WebSocketMemorySize"}
+    assert props["ReservedConcurrentExecutions"] == {
+        "Fn::If": ["HasWebSocketReservedConcurrency", {"Ref": "WebSocketReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
+    }
     api_env = template["Resources"]["ApiFunction"]["Properties"]["Environment"]["Variables"]
     env = props["Environment"]["Variables"]
     for name in ("SESSION_STORE", "SESSION_TABLE", "SESSION_TTL_SECONDS", "PICOFLOW_FLOWS", "FILES_BUCKET",

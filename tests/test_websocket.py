@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from moto import mock_aws
 
 import handlers.websocket
+import handlers.websocket_authorizer
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws import websocket, ws_authorizer
 
@@ -258,9 +259,11 @@ def token(key: rsa.RSAPrivateKey, **claims: Any) -> str:
     return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "key-1"})
 
 
-def connect_event(**query: str) -> dict[str, Any]:
+def connect_event(token: str | None = None) -> dict[str, Any]:
+    """The authorizer's event for a browser's ``new WebSocket(url, ["picoflow", token])``."""
+    headers = {"Sec-WebSocket-Protocol": f"picoflow, {token}" if token else "picoflow"}
     return {"type": "REQUEST", "methodArn": "arn:aws:execute-api:us-east-1:123:abc123/live/$connect",
-            "queryStringParameters": query, "headers": {}, "requestContext": {"routeKey": "$connect"}}
+            "queryStringParameters": {}, "headers": headers, "requestContext": {"routeKey": "$connect"}}
 
 
 def test_a_valid_token_opens_the_connection_with_its_principal(issuer, signing_key, monkeypatch):
@@ -291,20 +294,38 @@ def test_the_authorizer_refuses_what_the_http_api_would(issuer, signing_key, cas
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     elif case == "no settings":
         env = {}
-    query = {} if case == "no token" else {"token": token(key, **claims)}
-    answer = ws_authorizer.authorize(connect_event(**query), env)
+    answer = ws_authorizer.authorize(connect_event(None if case == "no token" else token(key, **claims)), env)
     assert answer["policyDocument"]["Statement"][0]["Effect"] == "Deny"
     assert "context" not in answer
 
 
-def test_the_handler_sends_authorizer_events_to_the_authorizer(issuer, signing_key, monkeypatch):
+def test_the_authorizer_has_a_handler_of_its_own(issuer, signing_key, monkeypatch):
     monkeypatch.setenv("JWT_ISSUER", issuer)
     monkeypatch.setenv("JWT_AUDIENCE", "web")
-    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
     good = token(signing_key, iss=issuer, aud="web", sub="user-1", exp=int(time.time()) + 300)
-    answer = handlers.websocket.lambda_handler(connect_event(token=good), _LambdaContext())
+    answer = handlers.websocket_authorizer.lambda_handler(connect_event(good), _LambdaContext())
     assert answer["policyDocument"]["Statement"][0]["Effect"] == "Allow"
     assert answer["context"] == {"principal": "user-1"}
+
+
+def test_a_token_in_the_url_is_not_accepted(issuer, signing_key):
+    # Query strings reach access logs and proxies' logs: the token only travels as a subprotocol.
+    good = token(signing_key, iss=issuer, aud="web", sub="user-1", exp=int(time.time()) + 300)
+    event = connect_event()
+    event["queryStringParameters"] = {"token": good}
+    answer = ws_authorizer.authorize(event, {"JWT_ISSUER": issuer, "JWT_AUDIENCE": "web"})
+    assert answer["policyDocument"]["Statement"][0]["Effect"] == "Deny"
+
+
+@mock_aws
+def test_connect_agrees_on_the_picoflow_subprotocol(scripted):
+    scripted([])
+    connection = Connection()
+    event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c"},
+             "headers": {"Sec-WebSocket-Protocol": "picoflow, eyJhbGciOi.x.y"}}
+    answer = websocket.handle(event, Lambda(), connection.client)
+    # Only the protocol name goes back, never the token.
+    assert answer == {"statusCode": 200, "headers": {"Sec-WebSocket-Protocol": "picoflow"}}
 
 
 class _LambdaContext(Lambda):

@@ -85,6 +85,8 @@ def record_turn(flow_name: str, registered: bool, result: RunResponse, latency_m
     if result.tokens is not None:
         metrics.add_metric(name="InputTokens", unit=MetricUnit.Count, value=result.tokens.input_tokens)
         metrics.add_metric(name="OutputTokens", unit=MetricUnit.Count, value=result.tokens.output_tokens)
+        # The share of the input a provider served from its prompt cache, billed at a fraction of the price.
+        metrics.add_metric(name="CachedInputTokens", unit=MetricUnit.Count, value=result.tokens.cached_input_tokens)
     if result.replayed:
         metrics.add_metric(name="IdempotentReplays", unit=MetricUnit.Count, value=1)
     if result.session:
@@ -102,5 +104,9 @@ def record_turn(flow_name: str, registered: bool, result: RunResponse, latency_m
             "code": result.error_code,
             "statusCode": result.status_code if not result.success else 200,
             "latencyMs": round(latency_ms, 1),
+            # Counts only, for the runbooks' queries of spend by flow.
+            "inputTokens": result.tokens.input_tokens if result.tokens is not None else 0,
+            "cachedInputTokens": result.tokens.cached_input_tokens if result.tokens is not None else 0,
+            "outputTokens": result.tokens.output_tokens if result.tokens is not None else 0,
         },
     )

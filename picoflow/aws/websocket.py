@@ -8,8 +8,9 @@ larger than a WebSocket message may be (API Gateway's 128 KB) is posted as ``par
 into it (``Reassembler``), so every turn still ends with exactly one final event however long its reply.
 
 The caller is authenticated once, when the connection opens: ``$connect``'s authorizer
-(``picoflow.aws.ws_authorizer``) checks the JWT and hands the principal to every later message of the
-connection. A client that disconnects mid-turn does not stop the turn: it commits, and a retry with the same
+(``picoflow.aws.ws_authorizer``, a function of its own) checks the JWT the client offered as a subprotocol and
+hands the principal to every later message of the connection; ``$connect`` agrees on the ``picoflow``
+subprotocol. A client that disconnects mid-turn does not stop the turn: it commits, and a retry with the same
 ``idempotencyKey`` answers the committed reply in one ``committed`` event.
 """
 
@@ -53,8 +54,11 @@ def handle(event: Mapping[str, Any], context: InvocationContext | None, client: 
     own endpoint.
     """
     request = event.get("requestContext") or {}
+    if request.get("eventType") == "CONNECT" and ws_authorizer.SUBPROTOCOL in ws_authorizer.offered_protocols(event):
+        # Past the authorizer already. A browser that offered subprotocols drops a connection agreeing on none.
+        return {**_OK, "headers": {"Sec-WebSocket-Protocol": ws_authorizer.SUBPROTOCOL}}
     if request.get("eventType") != "MESSAGE":
-        # $connect got past the authorizer (if any) already; $disconnect needs nothing done.
+        # $disconnect needs nothing done.
         return _OK
     deliver = poster(client or management_client(request), str(request.get("connectionId")))
     request_id = str(getattr(context, "aws_request_id", None) or request.get("requestId") or "")
@@ -74,9 +78,7 @@ def handle(event: Mapping[str, Any], context: InvocationContext | None, client: 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """The WebSocket API's Lambda handler: ``$connect``'s authorizer, then every route of the API."""
-    if event.get("type") == "REQUEST" and "methodArn" in event:
-        return ws_authorizer.authorize(event)
+    """The WebSocket API's Lambda handler: every route of the API (its authorizer is a function of its own)."""
     return handle(event, context)
 
 

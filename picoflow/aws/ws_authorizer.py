@@ -1,8 +1,11 @@
 """``$connect``'s authorizer: the HTTP API's JWT rules, applied to a WebSocket API's connections.
 
-WebSocket APIs have no JWT authorizer of their own, and browsers cannot set headers on a WebSocket, so the
-token comes in the ``token`` query parameter (or as ``Authorization: Bearer ...`` from other clients) and is
-checked here as the HTTP API's authorizer checks it: signed by one of the issuer's published keys (found by
+WebSocket APIs have no JWT authorizer of their own, and browsers cannot set an ``Authorization`` header on a
+WebSocket. The one header a browser does let a page set is ``Sec-WebSocket-Protocol``, so the token travels as one
+of the subprotocols the client offers, beside ``picoflow`` (``new WebSocket(url, ["picoflow", token])``), never in
+the URL (which access logs and proxies record). The connection's ``$connect`` answers with the ``picoflow``
+subprotocol (``picoflow.aws.websocket``), as browsers require. The token is checked here as the HTTP API's
+authorizer checks it: signed by one of the issuer's published keys (found by
 OpenID discovery), issued by ``JWT_ISSUER``, not expired, and for one of ``JWT_AUDIENCE`` (its ``aud``, or
 the ``client_id`` of a Cognito access token). The principal claim (``picoflow.aws.principal``) goes into the
 connection's context, which API Gateway hands to every later message of the connection.
@@ -18,13 +21,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import jwt
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from picoflow.aws.observability import logger
 from picoflow.aws.principal import principal
 
 ISSUER_VARIABLE = "JWT_ISSUER"
 AUDIENCE_VARIABLE = "JWT_AUDIENCE"
-TOKEN_PARAMETER = "token"
+#: The subprotocol a client offers beside its token, and the one the connection agrees on.
+SUBPROTOCOL = "picoflow"
+PROTOCOL_HEADER = "sec-websocket-protocol"
 #: The key of the principal in the connection's authorizer context ("" for a token without the claim).
 PRINCIPAL_KEY = "principal"
 # The issuer's discovery document and keys are fetched at a connect: bounded, so a stalled issuer fails fast.
@@ -33,6 +39,12 @@ ALGORITHMS = ["RS256", "RS384", "RS512"]
 
 _key_sources: dict[str, jwt.PyJWKClient] = {}
 _lock = threading.Lock()
+
+
+@logger.inject_lambda_context(clear_state=True)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The connect authorizer's Lambda handler (a function of its own, whose role reaches no data)."""
+    return authorize(event)
 
 
 def authorize(event: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -80,13 +92,14 @@ def key_source(issuer: str) -> jwt.PyJWKClient:
         return _key_sources.setdefault(issuer, source)
 
 
+def offered_protocols(event: Mapping[str, Any]) -> list[str]:
+    """The subprotocols a ``$connect`` request offers (``Sec-WebSocket-Protocol``, comma-separated)."""
+    headers = {str(name).lower(): str(value) for name, value in (event.get("headers") or {}).items()}
+    return [item.strip() for item in headers.get(PROTOCOL_HEADER, "").split(",") if item.strip()]
+
+
 def _token(event: Mapping[str, Any]) -> str | None:
-    query = event.get("queryStringParameters") or {}
-    if query.get(TOKEN_PARAMETER):
-        return str(query[TOKEN_PARAMETER])
-    headers = {name.lower(): value for name, value in (event.get("headers") or {}).items()}
-    scheme, _, value = str(headers.get("authorization") or "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+    return next((item for item in offered_protocols(event) if item != SUBPROTOCOL), None)
 
 
 def _policy(effect: str, event: Mapping[str, Any], context: dict[str, str] | None = None) -> dict[str, Any]:

@@ -22,10 +22,13 @@ class MemorySessionStore(SessionStore):
 
     def __init__(self, *, max_document_bytes: int | None = None) -> None:
         self.max_document_bytes = max_document_bytes
-        # (revision, flow name, encoded document, owner) per session id.
-        self._rows: dict[str, tuple[int, str, bytes, str | None]] = {}
-        # The effect journal: (expiry epoch second, encoded outcome, owner) per key.
-        self._effects: dict[str, tuple[int, bytes, str | None]] = {}
+        # (revision, flow name, encoded document) per session id.
+        self._rows: dict[str, tuple[int, str, bytes]] = {}
+        # The effect journal: (expiry epoch second, encoded outcome) per key.
+        self._effects: dict[str, tuple[int, bytes]] = {}
+        # The owner of each owned session and journal entry, by session id and by key: the owner index.
+        self._owners: dict[str, str] = {}
+        self._effect_owners: dict[str, str] = {}
         # Calls waiting for a reviewer, per session: the index ``list_reviews`` reads.
         self._reviews: dict[str, list[dict[str, Any]]] = {}
         # A thread lock rather than an asyncio one: the critical sections never await, and callers
@@ -51,7 +54,7 @@ class MemorySessionStore(SessionStore):
             row = self._rows.get(written.id)
             if row is None or row[0] != expected_revision or row[1] != written.flow.name:
                 raise SessionConflictError(written.id)
-            self._rows[written.id] = (written.revision, written.flow.name, encoded, row[3])
+            self._rows[written.id] = (written.revision, written.flow.name, encoded)
             self._index_reviews(written)
         return written
 
@@ -64,6 +67,7 @@ class MemorySessionStore(SessionStore):
             if expected_revision is not None and (row is None or row[0] != expected_revision):
                 raise SessionConflictError(session_id)
             self._rows.pop(session_id, None)
+            self._owners.pop(session_id, None)
             self._reviews.pop(session_id, None)
 
     async def load_effect(self, session_id: str, key: str) -> dict[str, Any] | None:
@@ -83,9 +87,12 @@ class MemorySessionStore(SessionStore):
             if held is not None and held[0] >= now:
                 return False
             # Expired entries go as new ones arrive, so the journal stays as small as a day's effects.
-            for stale in [k for k, (expires, _, _) in self._effects.items() if expires < now]:
+            for stale in [k for k, (expires, _) in self._effects.items() if expires < now]:
                 del self._effects[stale]
-            self._effects[key] = (expiry(now), encoded, owner or None)
+                self._effect_owners.pop(stale, None)
+            self._effects[key] = (expiry(now), encoded)
+            if owner:
+                self._effect_owners[key] = owner
         return True
 
     async def list_reviews(self, limit: int = 100) -> list[dict[str, Any]]:
@@ -97,12 +104,14 @@ class MemorySessionStore(SessionStore):
         if not owner:
             raise ValueError("delete_owner needs a principal; anonymous sessions belong to nobody.")
         with self._lock:
-            sessions = [session_id for session_id, row in self._rows.items() if row[3] == owner]
+            sessions = [session_id for session_id, held in self._owners.items() if held == owner]
             for session_id in sessions:
-                del self._rows[session_id]
+                del self._owners[session_id]
+                self._rows.pop(session_id, None)
                 self._reviews.pop(session_id, None)
-            for key in [key for key, entry in self._effects.items() if entry[2] == owner]:
-                del self._effects[key]
+            for key in [key for key, held in self._effect_owners.items() if held == owner]:
+                del self._effect_owners[key]
+                self._effects.pop(key, None)
         return len(sessions)
 
     def _put_new(self, doc: SessionDoc) -> SessionDoc:
@@ -111,7 +120,9 @@ class MemorySessionStore(SessionStore):
         with self._lock:
             if doc.id in self._rows:
                 raise SessionConflictError(doc.id)
-            self._rows[doc.id] = (doc.revision, doc.flow.name, encoded, doc.owner)
+            self._rows[doc.id] = (doc.revision, doc.flow.name, encoded)
+            if doc.owner:
+                self._owners[doc.id] = doc.owner
             self._index_reviews(doc)
         return doc
 
