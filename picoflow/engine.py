@@ -179,10 +179,11 @@ class FlowEngine:
             files: Stored file references that join the user's message.
             file_data: Bytes already read for those files.
             inline_files: Inline files' records, stored once the request passed every check.
+            approvals: The user's decisions on tool calls waiting for them.
 
         Returns:
-            The turn's answer: ``success``, ``completed``, ``message``, ``session``, and on failure its
-            ``error_code`` and ``status_code``.
+            The turn's answer: ``success``, ``completed``, ``message``, ``session``, the calls left waiting in
+            ``pending_approvals``, and on failure its ``error_code`` and ``status_code``.
 
         Example:
             ```python
