@@ -288,7 +288,7 @@ def harness(moto_dynamodb, tmp_path, monkeypatch) -> Iterator[Harness]:
 
 
 def test_the_schema_describes_the_run_contract():
-    assert set(SCHEMA["paths"]) == {"/ai/run", "/ai/files", "/ai/end", "/ai/flows", "/health"}
+    assert set(SCHEMA["paths"]) == {"/ai/run", "/ai/files", "/ai/end", "/ai/flows", "/health", "/ai/me"}
     assert BODY_SCHEMA["required"] == ["flowName"]
     assert set(HEADER_SCHEMAS) == {SESSION_PARAMETER, IDEMPOTENCY_PARAMETER}
     assert "/swagger" not in SCHEMA["paths"]

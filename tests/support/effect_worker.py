@@ -37,9 +37,9 @@ def faulty_store(task: dict[str, Any]) -> DynamoDBSessionStore:
     record_effect, save = store.record_effect, store.save
     marker = task.get("marker")
 
-    async def recording(session_id: str, key: str, outcome: dict[str, Any]) -> bool:
+    async def recording(session_id: str, key: str, outcome: dict[str, Any], **options: Any) -> bool:
         effect_flows.crash_if("before_journal")
-        written = await record_effect(session_id, key, outcome)
+        written = await record_effect(session_id, key, outcome, **options)
         if marker:
             Path(marker).write_text("journaled", encoding="utf-8")
         effect_flows.crash_if("before_turn_write")
