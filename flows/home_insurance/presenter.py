@@ -22,7 +22,7 @@ def options(result: dict[str, Any]) -> str:
     rows = [
         f"### Preliminary home insurance quote {result['quoteId']}",
         "",
-        "| Option | Annual premium | Monthly estimate | Dwelling | Extension | Deductible | Liability | Endorsements |",
+        "| Option | Yearly premium | Per month (est.) | Dwelling | Extension | Deductible | Liability | Endorsements |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     rows += [
