@@ -155,13 +155,15 @@ def _conflict(client: Client, marker: Path) -> None:
     assert retry is not None and (retry["replayed"] if client.key else retry["code"] == "SESSION_CONFLICT"), retry
 
 
-def run_timings(endpoint: str, table: str) -> list[Row]:
+def run_timings(endpoint: str, table: str, timings: list[tuple[str, str]] | None = None,
+                run: Any = None) -> list[Row]:
+    """Every timing (``TIMINGS`` by default) for each client and payments service, by ``run`` (``run_timing``)."""
     rows = []
-    for timing, what in TIMINGS:
+    for timing, what in timings or TIMINGS:
         row = Row(timing, what)
         for keyed in (True, False):
             for honour in (True, False):
-                applied = run_timing(endpoint, table, timing, keyed=keyed, honour=honour)
+                applied = (run or run_timing)(endpoint, table, timing, keyed=keyed, honour=honour)
                 setattr(row, f"{'keyed' if keyed else 'keyless'}_{'honoured' if honour else 'ignored'}", applied)
         rows.append(row)
     return rows
@@ -216,13 +218,7 @@ class DecidingClient(Client):
 
     def start(self, script: list[dict[str, Any]], **task: Any) -> tuple[Any, Path]:
         task.setdefault("deadline_seconds", DECISION_DEADLINE_SECONDS)
-        spec = {"endpoint": self.endpoint, "table": self.table, "session": self.session, "message": None,
-                "key": self.key, "script": script, "payments": self.payments,
-                "approvals": [{"id": self.approval, "approved": True}], **task}
-        answer_path = self.workdir / f"answer-{uuid.uuid4().hex}.json"
-        process = _PROCESSES.Process(target=run_attempt, args=(spec, str(answer_path)))
-        process.start()
-        return process, answer_path
+        return super().start(script, message=None, approvals=[{"id": self.approval, "approved": True}], **task)
 
     def retry_until_answered(self, tag: str) -> dict[str, Any]:
         """Re-send the decision until it is answered: applied (200), or already applied (409 not pending);
@@ -270,15 +266,7 @@ def _decision_conflict(client: DecidingClient, marker: Path) -> None:
 
 
 def run_decision_timings(endpoint: str, table: str) -> list[Row]:
-    rows = []
-    for timing, what in DECISION_TIMINGS:
-        row = Row(timing, what)
-        for keyed in (True, False):
-            for honour in (True, False):
-                applied = run_decision_timing(endpoint, table, timing, keyed=keyed, honour=honour)
-                setattr(row, f"{'keyed' if keyed else 'keyless'}_{'honoured' if honour else 'ignored'}", applied)
-        rows.append(row)
-    return rows
+    return run_timings(endpoint, table, DECISION_TIMINGS, run_decision_timing)
 
 
 def expected_decision(row: Row) -> Row:
