@@ -397,7 +397,8 @@ class FlowEngine:
         if not session_id:
             return {"success": True, "session": ""}
         with turn_deadline(deadline):
-            return await lifecycle.delete(self.session_store, self._locks, session_id, caller or None)
+            ended = await lifecycle.delete(self.session_store, self._locks, session_id, caller or None)
+        return ended.envelope()
 
     async def close(self) -> None:
         await self.session_store.close()

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from picoflow.step import Step
     from picoflow.step_tools import ToolSpec
     from picoflow.transitions import Transition
-    from picoflow.turn.parallel import WorkerView
+    from picoflow.turn.worker import WorkerView
 
 
 # -- files -------------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ FOLDER_ORDER = [
     # the authoring surface, and what collects a flow's steps and tools
     "step_registry", "step", "decision_step", "flow", "registration",
     # the session's life over a store, the turn, the engine
-    "lifecycle", "turn/", "engine",
+    "compaction", "lifecycle", "turn/", "engine",
     # open protocols over the engine (AG-UI, MCP, A2A), below the adapters that give them routes
     "protocols/",
     # adapters
