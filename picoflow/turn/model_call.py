@@ -77,7 +77,11 @@ class ModelCall:
     async def mcp_tools(self, step: Step) -> ToolOffer:
         """The MCP server tools offered, by name; a step offering none never reaches the MCP client."""
         if self._mcp is None:
-            self._mcp = await offered_tools(step.flow, self.mcp_offers) if self.mcp_offers else ToolOffer()
+            if self.mcp_offers:
+                sessions = step.flow.run_context.require_services().mcp
+                self._mcp = await offered_tools(sessions, step.flow, self.mcp_offers)
+            else:
+                self._mcp = ToolOffer()
         return self._mcp
 
 
