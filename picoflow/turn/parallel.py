@@ -95,7 +95,6 @@ class _Absent:
 ABSENT = _Absent()
 
 
-
 @dataclass
 class _Branch:
     index: int
