@@ -144,8 +144,6 @@ def call(name: str, args: dict[str, Any], call_id: str) -> dict[str, Any]:
 
 async def one_case(case: str) -> dict[str, Any]:
     """Run ``case`` in this process (a fresh one) and return its figures."""
-    from picoflow.mcp import close_sessions
-
     offered = case != "20 MB result, handler"
     start = "OfferStep" if offered else "SearchStep"
     if case.startswith("20 MB"):
@@ -169,7 +167,7 @@ async def one_case(case: str) -> dict[str, Any]:
     second = await engine.run("HostileFlow", messages[1], first.session, config=config,
                               deadline=time.monotonic() + DEADLINE_SECONDS)
     elapsed = time.monotonic() - started
-    await close_sessions()
+    await engine.close()
     gc.collect()
     return {
         "outcome": "200" if second.success else f"{second.status_code} {second.error_code}",

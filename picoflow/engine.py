@@ -36,7 +36,7 @@ from picoflow.files.refs import FileRef
 from picoflow.files.store import FileRecord, FileStore
 from picoflow.flow import Flow
 from picoflow.lifecycle import TurnRequest
-from picoflow.mcp import MCPUnavailableError
+from picoflow.mcp import MCPSessions, MCPUnavailableError
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.registration import check_flow_configuration
 from picoflow.results import RunResponse
@@ -94,6 +94,8 @@ class FlowEngine:
         #: model can open again (see ``picoflow.files.reader``).
         self.file_budget = file_budget
         self._locks = lifecycle.SessionLocks()
+        #: The MCP sessions this engine's turns share; ``close`` ends them.
+        self.mcp = MCPSessions()
         self.register_flows(flows)
 
     def register_flows(self, flows: Iterable[type[Flow]] | Mapping[str, type[Flow]]) -> FlowEngine:
@@ -383,7 +385,7 @@ class FlowEngine:
         return TurnServices(
             providers=self.providers, decision_providers=self.decision_providers, retry_delay=self.retry_delay,
             model_loop=loop.run_model_loop, run_child=parallel.run_child, run_steps=parallel.run_batch,
-            decide=decide.decide, save=save, start=start, journal=journal,
+            decide=decide.decide, save=save, start=start, mcp=self.mcp, journal=journal,
         )
 
     async def delete_session(
@@ -397,10 +399,13 @@ class FlowEngine:
         if not session_id:
             return {"success": True, "session": ""}
         with turn_deadline(deadline):
-            return await lifecycle.delete(self.session_store, self._locks, session_id, caller or None)
+            ended = await lifecycle.delete(self.session_store, self._locks, session_id, caller or None)
+        return ended.envelope()
 
     async def close(self) -> None:
+        """Close the session store and this event loop's MCP sessions."""
         await self.session_store.close()
+        await self.mcp.close()
 
 
 # Queued when a turn ended without answering (cancelled, or a BaseException escaped it).

@@ -18,7 +18,7 @@ from picoflow.errors import PicoFlowError
 from picoflow.files.held import read_held_file
 from picoflow.files.refs import FileRef
 from picoflow.logger import SessionLogger
-from picoflow.mcp import M, MCPServerSpec, call_tool, find_server
+from picoflow.mcp import M, MCPServerSpec, find_server
 from picoflow.models.registry import ModelSelection
 from picoflow.run_context import RunContext, ensure_top_level, execution_frames
 from picoflow.session.document import SESSION_DOC_VERSION, SequenceItem, SessionDoc
@@ -355,7 +355,8 @@ class Flow:
         does not answer within its timeout and the turn's deadline, or the result does not fit ``result_model``;
         uncaught, the turn fails as retryable with the session unchanged.
         """
-        result = await call_tool(self.mcp_server(server), tool, arguments)
+        sessions = self.run_context.require_services().mcp
+        result = await sessions.call_tool(self.mcp_server(server), tool, arguments)
         return result.value() if result_model is None else result.parse(result_model)
 
     # -- session ------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """A session's life over a store, turn by turn: open it (replay a spent key, restore, or start it), save it
-(rolling summaries of long histories, size, one conditional write), settle a save whose outcome is unknown,
-abort it on a defect, and delete it.
+(rolling summaries of long histories by ``picoflow.compaction``, size, one conditional write), settle a save
+whose outcome is unknown, abort it on a defect, and delete it.
 
 A new session is written once, by its first turn's save (``SessionStore.insert``), never before the turn runs.
 The flow is reached through its hooks and its ``run_context`` only.
@@ -16,19 +16,15 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-
-from picoflow import telemetry
-from picoflow.deadline import before_deadline, read_back_budget, within_turn
+from picoflow import compaction
+from picoflow.deadline import before_deadline, read_back_budget
 from picoflow.errors import (
     ApprovalNotPendingError,
     BadRequestError,
-    CompactionError,
     FlowSetupError,
     IdempotencyKeyMismatchError,
     IdempotencyKeyReusedError,
@@ -47,9 +43,6 @@ from picoflow.files.refs import FileRef
 from picoflow.files.store import FileRecord
 from picoflow.logger import SessionLogger
 from picoflow.logger import library_log as _log
-from picoflow.memory import SummaryConfig
-from picoflow.messages import add_usage
-from picoflow.models.calls import model_call_for
 from picoflow.results import RunResponse, client_message
 from picoflow.session.approvals import Decision, decisions_from
 from picoflow.session.document import FlowDoc, SequenceItem, SessionDoc, StepDoc, new_document
@@ -66,13 +59,11 @@ from picoflow.session.store import SessionStore
 
 if TYPE_CHECKING:
     from picoflow.flow import Flow
-    from picoflow.models.registry import ModelSelection, ProviderRegistry
+    from picoflow.models.registry import ProviderRegistry
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # Compaction is forced once a document reaches this share of the store's size limit.
 FORCE_COMPACTION_RATIO = 0.8
-# Time kept for the save when optional work (memory compaction) runs near the deadline.
-SAVE_RESERVE_SECONDS = 1.0
 
 
 class _ReadBack(enum.Enum):
@@ -296,20 +287,31 @@ def visible(doc: SessionDoc | None, caller: str | None) -> SessionDoc | None:
     return doc
 
 
-def replay(stored: SessionDoc, turn: TurnRequest, *, quiet: bool = False) -> RunResponse | None:
+def replay(stored: SessionDoc, turn: TurnRequest) -> RunResponse | None:
     """The stored answer when ``turn``'s key is already spent on ``stored``; raises for a misused key."""
     if turn.key is None:
         return None
     receipt = find_receipt(stored.receipts, turn.key)
     if receipt is None:
-        if stored.id == turn.first_id and stored.revision > 0 and not quiet:
+        if stored.id == turn.first_id and stored.revision > 0:
             # The session this key started has moved on and no longer holds the key's receipt.
             raise IdempotencyKeyReusedError("The key's first turn is too old to replay.")
         return None
     if receipt.request != turn.request:
-        if quiet:
-            return None
         raise IdempotencyKeyMismatchError("The key was applied to another request body.")
+    return _replayed(receipt, turn)
+
+
+def recorded_answer(stored: SessionDoc, turn: TurnRequest) -> RunResponse | None:
+    """The answer ``stored`` keeps for this very ``turn`` (its key and its request), which tells that the turn's
+    write landed; None otherwise, and never an error."""
+    receipt = find_receipt(stored.receipts, turn.key) if turn.key is not None else None
+    if receipt is None or receipt.request != turn.request:
+        return None
+    return _replayed(receipt, turn)
+
+
+def _replayed(receipt: TurnReceipt, turn: TurnRequest) -> RunResponse:
     status = receipt.response.get("status_code")
     _log.info("Idempotent replay", extra={"requestId": turn.request_id, "statusCode": status})
     return RunResponse.model_validate({**receipt.response, "replayed": True})
@@ -320,7 +322,7 @@ def replay(stored: SessionDoc, turn: TurnRequest, *, quiet: bool = False) -> Run
 
 async def save(store: SessionStore, flow: Flow, providers: ProviderRegistry) -> None:
     """Compact what is due, keep the document under the store's size limit, and write it."""
-    await compact(flow, providers, force=False)
+    await compaction.compact(flow, providers, force=False)
     doc = flow.run_context.write_back(flow.id, flow.model_selection())
     limit = store.max_document_bytes
     memory = flow.run_context.memory
@@ -328,7 +330,7 @@ async def save(store: SessionStore, flow: Flow, providers: ProviderRegistry) -> 
     # the store itself refuses an oversized document before writing anything.
     if limit and memory.summary_model is not None and memory.summary_namespaces:
         size = store.stored_size(doc)
-        if size > limit * FORCE_COMPACTION_RATIO and await compact(flow, providers, force=True):
+        if size > limit * FORCE_COMPACTION_RATIO and await compaction.compact(flow, providers, force=True):
             doc = flow.run_context.write_back(flow.id, flow.model_selection())
     await write(store, doc)
 
@@ -340,40 +342,6 @@ async def write(store: SessionStore, doc: SessionDoc) -> None:
     new = doc.revision == 0 and not doc.stored
     saved = await before_deadline(store.insert(doc) if new else store.save(doc, doc.revision))
     doc.revision, doc.save_on, doc.stored = saved.revision, saved.save_on, True
-
-
-async def compact(flow: Flow, providers: ProviderRegistry, *, force: bool) -> bool:
-    """Fold the older messages of each summarised namespace into its rolling summary; True when one changed."""
-    memory = flow.run_context.memory
-    if memory.summary_model is None or not memory.summary_namespaces:
-        return False
-    compacted = False
-    for name in sorted(memory.summary_namespaces & set(memory.names())):
-        space = memory.namespace(name)
-        try:
-            model = providers.chat_model(memory.summary_model)
-            result = await within_turn(
-                compact_history(
-                    space.messages,
-                    previous_summary=space.summary,
-                    model=model,
-                    config=memory.summary_config,
-                    force=force,
-                    selection=memory.summary_model,
-                ),
-                reserve=SAVE_RESERVE_SECONDS,
-            )
-        except Exception as exc:  # noqa: BLE001 - compaction must never fail the turn
-            flow.logger.warn(f"Memory compaction skipped: {type(exc).__name__}: {exc}", namespace=name)
-            continue
-        if result is None:
-            continue
-        add_usage(flow.run_context.require_doc().tokens, result.response)
-        space.messages[:] = result.messages
-        space.summary = result.summary
-        space.summarized_through_id = result.summarized_through_id
-        compacted = True
-    return compacted
 
 
 async def commit(
@@ -410,7 +378,7 @@ async def settle(
         if stored.write_id == doc.write_id:
             _log.info("Session write confirmed by reading it back", extra={"requestId": turn.request_id})
             return response
-        answer = replay(stored, turn, quiet=True)
+        answer = recorded_answer(stored, turn)
         if answer is not None:
             return answer
         if isinstance(exc, SessionConflictError) or stored.revision != doc.revision:
@@ -477,196 +445,26 @@ async def abort(store: SessionStore, flow: Flow, doc: SessionDoc, exc: Exception
     return response
 
 
-# -- rolling summaries --------------------------------------------------------------------------
-
-_SUMMARY_INSTRUCTION = (
-    "You maintain the running memory of a conversation between a user and an assistant. "
-    "You receive the current summary (possibly empty) and the next messages of the conversation, "
-    "which will be removed from the history once you have summarised them. "
-    "Reply with one updated, cumulative summary that merges the current summary with the new messages. "
-    "Be concise and factual. Keep every name, number, amount, date, choice, decision, commitment and "
-    "tool outcome, and list the questions that are still open. When a later message corrects or "
-    "replaces an earlier fact, keep only the newer one. Do not invent anything, do not address the user, "
-    "and reply with the summary text only."
-)
-
-
-@dataclass
-class CompactionResult:
-    """The outcome of one compaction.
-
-    ``messages`` is the new namespace list (the original system slot followed by the kept messages),
-    ``summary`` the new rolling summary, ``summarized_through_id`` the id of the last message folded
-    into it, and ``response`` the summary model's reply (for token accounting).
-    """
-
-    messages: list[BaseMessage]
-    summary: str
-    summarized_through_id: str | None
-    response: AIMessage
-
-
-def _tool_call_ids(message: BaseMessage) -> list[str]:
-    if not isinstance(message, AIMessage):
-        return []
-    return [call_id for call in message.tool_calls if (call_id := call.get("id"))]
-
-
-def choose_cut(messages: Sequence[BaseMessage], recent_messages: int) -> int:
-    """Index of the first message kept verbatim when ``messages`` (slot 0 included) is compacted.
-
-    Aims to keep the ``recent_messages`` newest messages. The cut never separates an AI message
-    carrying tool calls from its tool results: it moves earlier to keep the calling message, or, if
-    that would keep everything, later past the results. Returns 1 when nothing can be summarised.
-    """
-    total = len(messages)
-    target = total - recent_messages
-    if target <= 1:
-        return 1
-
-    caller_index: dict[str, int] = {}
-    # blocked[c] is True when cutting before index c would split a tool call from one of its results
-    blocked = [False] * (total + 1)
-    for index, message in enumerate(messages):
-        if index == 0:
-            continue
-        for call_id in _tool_call_ids(message):
-            caller_index.setdefault(call_id, index)
-        if isinstance(message, ToolMessage):
-            caller = caller_index.get(message.tool_call_id)
-            if caller is not None:
-                for cut in range(caller + 1, index + 1):
-                    blocked[cut] = True
-
-    for cut in range(target, 1, -1):
-        if not blocked[cut]:
-            return cut
-    # at least one message must stay verbatim, so the search stops before the end of the list
-    for cut in range(target + 1, total):
-        if not blocked[cut]:
-            return cut
-    return 1
-
-
-def orphan_tool_messages(messages: Sequence[BaseMessage]) -> list[ToolMessage]:
-    """Tool messages whose ``tool_call_id`` was not issued by an earlier AI message in ``messages``."""
-    issued: set[str] = set()
-    orphans: list[ToolMessage] = []
-    for message in messages:
-        issued.update(_tool_call_ids(message))
-        if isinstance(message, ToolMessage) and message.tool_call_id not in issued:
-            orphans.append(message)
-    return orphans
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts: list[str] = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
-                parts.append(block["text"])
-        return "".join(parts)
-    return "" if content is None else str(content)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _render_transcript(summarised: Sequence[BaseMessage], tool_names: dict[str, str]) -> str:
-    lines: list[str] = []
-    for message in summarised:
-        text = _content_text(message.content).strip()
-        if isinstance(message, HumanMessage):
-            lines.append(f"User: {text}")
-        elif isinstance(message, AIMessage):
-            if text:
-                lines.append(f"Assistant: {text}")
-            for call in message.tool_calls:
-                lines.append(f"Assistant called tool {call['name']} with {_json(call.get('args', {}))}")
-        elif isinstance(message, ToolMessage):
-            name = message.name or tool_names.get(message.tool_call_id) or "unknown"
-            lines.append(f"Tool {name} returned: {text}")
-        elif isinstance(message, SystemMessage):
-            lines.append(f"System: {text}")
-        else:
-            lines.append(f"{message.type}: {text}")
-    return "\n".join(lines)
-
-
-def build_summary_request(
-    summarised: Sequence[BaseMessage], previous_summary: str | None, *, context: Sequence[BaseMessage] = ()
-) -> list[BaseMessage]:
-    """The messages sent to the summary model to fold ``summarised`` into ``previous_summary``.
-
-    ``context`` is only used to resolve tool names of results whose message carries none.
-    """
-    tool_names: dict[str, str] = {}
-    for message in (*context, *summarised):
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                call_id = call.get("id")
-                if call_id:
-                    tool_names[call_id] = call["name"]
-    previous = (previous_summary or "").strip() or "(none yet)"
-    request = (
-        f"Current summary:\n{previous}\n\n"
-        f"Messages to fold into the summary, oldest first:\n{_render_transcript(summarised, tool_names)}\n\n"
-        "Write the updated summary."
-    )
-    return [SystemMessage(content=_SUMMARY_INSTRUCTION), HumanMessage(content=request)]
-
-
-async def compact_history(
-    messages: Sequence[BaseMessage],
-    *,
-    previous_summary: str | None,
-    model: BaseChatModel,
-    config: SummaryConfig,
-    force: bool = False,
-    selection: ModelSelection | None = None,
-) -> CompactionResult | None:
-    """Fold the older messages of one namespace into its rolling summary.
-
-    Returns None when the namespace holds fewer than ``config.min_messages`` messages, its system slot
-    counted (unless ``force``), or when no cut can keep tool calls together with their results. Errors of
-    the summary model propagate; an empty summary raises ``CompactionError``. ``selection`` (the model's)
-    names the call's trace span.
-    """
-    if len(messages) <= 1:
-        return None
-    if not force and len(messages) < config.min_messages:
-        return None
-    cut = choose_cut(messages, config.recent_messages)
-    if cut <= 1:
-        return None
-
-    summarised = list(messages[1:cut])
-    request = build_summary_request(summarised, previous_summary, context=messages)
-    with model_call_for("summary", None), telemetry.model_call(selection, "summary", None, request) as traced:
-        response = traced.answered(await model.ainvoke(request))
-    summary = _content_text(response.content).strip()
-    if not summary:
-        raise CompactionError("The summary model returned an empty summary.")
-    if not isinstance(response, AIMessage):
-        response = AIMessage(content=response.content, id=response.id)
-    return CompactionResult(
-        messages=[messages[0], *messages[cut:]],
-        summary=summary,
-        summarized_through_id=summarised[-1].id,
-        response=response,
-    )
-
-
 # -- deleting -----------------------------------------------------------------------------------
 
 
-async def delete(store: SessionStore, locks: SessionLocks, session_id: str, caller: str | None) -> dict[str, Any]:
-    """Remove ``session_id`` when ``caller`` may; the answer envelope, never an exception."""
+@dataclass(frozen=True)
+class Deletion:
+    """How a delete ended: the session it named and, when it failed, the error's code and the client's sentence."""
+
+    session: str
+    code: str | None = None
+    message: str | None = None
+
+    def envelope(self) -> dict[str, Any]:
+        """The answer envelope of ``FlowEngine.delete_session``."""
+        if self.code is None:
+            return {"success": True, "session": self.session}
+        return {"success": False, "message": self.message, "session": self.session, "code": self.code}
+
+
+async def delete(store: SessionStore, locks: SessionLocks, session_id: str, caller: str | None) -> Deletion:
+    """Remove ``session_id`` when ``caller`` may; how it ended, never an exception."""
     try:
         if not SESSION_ID_PATTERN.fullmatch(session_id):
             raise BadRequestError("The session id must be 1-128 letters, digits, '_' or '-'.")
@@ -676,7 +474,7 @@ async def delete(store: SessionStore, locks: SessionLocks, session_id: str, call
             except SessionFlowInvariantError:
                 # A corrupted document cannot be read, but ending it is exactly what its owner wants.
                 await before_deadline(store.delete(session_id))
-                return {"success": True, "session": session_id}
+                return Deletion(session_id)
             owned = visible(doc, caller)
             if owned is None:
                 raise SessionNotFoundError("No session with this id belongs to the caller.")
@@ -684,8 +482,8 @@ async def delete(store: SessionStore, locks: SessionLocks, session_id: str, call
     except Exception as exc:  # noqa: BLE001 - deletion reports failures instead of raising
         failure = exc if isinstance(exc, PicoFlowError) else PicoFlowError(str(exc))
         _log.warning("Session delete failed", extra={"code": failure.code, "errorType": type(exc).__name__})
-        return {"success": False, "message": client_message(failure), "session": session_id, "code": failure.code}
-    return {"success": True, "session": session_id}
+        return Deletion(session_id, failure.code, client_message(failure))
+    return Deletion(session_id)
 
 
 def defect(exc: BaseException, code: str, kind: type[PicoFlowError] = PicoFlowError) -> PicoFlowError:

@@ -27,13 +27,14 @@ if TYPE_CHECKING:
     from picoflow.decision import DecisionProvider
     from picoflow.decision_step import DecisionStep
     from picoflow.events import EventSink
+    from picoflow.mcp import MCPSessions
     from picoflow.models.registry import ProviderRegistry
     from picoflow.parallel import CancellationSignal, ParallelBatchResult
     from picoflow.session.journal import TurnJournal
     from picoflow.step import Step
     from picoflow.step_tools import ToolSpec
     from picoflow.transitions import Transition
-    from picoflow.turn.parallel import WorkerView
+    from picoflow.turn.worker import WorkerView
 
 
 # -- files -------------------------------------------------------------------------------------
@@ -149,6 +150,8 @@ class TurnServices:
     save: Callable[[], Awaitable[None]]
     #: Runs the first turn of a new session of a registered flow.
     start: Callable[[str, str | None, dict[str, Any]], Awaitable[Any]]
+    #: The engine's MCP sessions, which calls of MCP server tools go through.
+    mcp: MCPSessions
     #: The effect journal of this turn (``picoflow.session.journal.TurnJournal``); None: no effect tool can run.
     journal: TurnJournal | None = None
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
         RunStepRequest,
         StateChannel,
     )
-    from picoflow.turn.parallel import WorkerView
+    from picoflow.turn.worker import WorkerView
 
 # What earlier releases taught to import from this module keeps resolving here.
 __all__ = [

@@ -130,13 +130,13 @@ FOLDER_ORDER = [
     # model providers
     "models/", "telemetry",
     # what a turn works with: memory, recovery, decisions, MCP, batches
-    "memory", "recovery", "conversation", "batch", "mcp_transport", "mcp", "decision",
+    "memory", "recovery", "conversation", "batch", "mcp/", "decision",
     # the running turn's context
     "run_context",
     # the authoring surface, and what collects a flow's steps and tools
     "step_registry", "step", "decision_step", "flow", "registration",
     # the session's life over a store, the turn, the engine
-    "lifecycle", "turn/", "engine",
+    "compaction", "lifecycle", "turn/", "engine",
     # open protocols over the engine (AG-UI, MCP, A2A), below the adapters that give them routes
     "protocols/",
     # adapters

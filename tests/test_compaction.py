@@ -11,13 +11,13 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from picoflow.errors import CompactionError
-from picoflow.lifecycle import (
+from picoflow.compaction import (
     CompactionResult,
     choose_cut,
     compact_history,
     orphan_tool_messages,
 )
+from picoflow.errors import CompactionError
 from picoflow.memory import SummaryConfig
 from picoflow.messages import summary_system_message
 

@@ -639,8 +639,6 @@ def _presented(calls: list[Any]) -> dict[str, str]:
 async def test_a_server_pricing_the_check_out_day_too_is_charged_for_the_nights_only(
     transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from picoflow.mcp import close_sessions
-
     # As the original's server does: one price per day from check-in to check-out, both included, all in its total.
     monkeypatch.setenv("OTHER_HOTEL_DAYS_PRICED", "with-check-out")
     server = None
@@ -660,7 +658,7 @@ async def test_a_server_pricing_the_check_out_day_too_is_charged_for_the_nights_
         presented = _presented(session.provider.calls[-1])
         response = await session.say("book the first")
     finally:
-        await close_sessions()
+        await session.engine.close()
         if server is not None:
             server.stop()
 
@@ -681,8 +679,6 @@ def test_a_price_list_is_matched_to_the_nights_of_the_stay() -> None:
 
 
 async def test_hotels_priced_for_too_few_days_are_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from picoflow.mcp import close_sessions
-
     monkeypatch.setenv("OTHER_HOTEL_DAYS_PRICED", "one-short")
     monkeypatch.delenv("HOTEL_MCP_URL", raising=False)
     monkeypatch.setenv("HOTEL_MCP_COMMAND", f"{sys.executable} -m tests.support.other_hotel_server")
@@ -691,7 +687,7 @@ async def test_hotels_priced_for_too_few_days_are_left_out(tmp_path: Path, monke
     try:
         await session.say("suite, 7/1 to 7/6, search")
     finally:
-        await close_sessions()
+        await session.engine.close()
     doc = await session.doc()
     assert doc.flow.current_step == "ExploreStep"
     assert _tool_results(doc, "hotel-explore")[-1].startswith("No hotel matches")

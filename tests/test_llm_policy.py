@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, finish, go, tool
 from picoflow import deadline as deadline_module
 from picoflow.errors import PicoFlowError, ScriptedModelError, public_message
+from picoflow.models.openai import OPENAI_VOCABULARY
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.recovery import LlmCallPolicy, is_transient_error, resolve_call_policy, retry_with_model
 from picoflow.stores import MemorySessionStore
@@ -349,6 +350,7 @@ class RefusingProvider(ModelProvider):
     """A provider that refuses the prompt by raising, as OpenAI-compatible content filters do."""
 
     name = "refusing"
+    vocabulary = OPENAI_VOCABULARY
 
     def chat_model(self, selection: ModelSelection) -> Any:
         async def refuse(_messages: Any) -> Any:

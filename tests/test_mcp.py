@@ -28,8 +28,6 @@ from picoflow.mcp import (
     MCPServerSpec,
     MCPTools,
     MCPUnavailableError,
-    call_tool,
-    close_sessions,
     offered_tools,
 )
 from picoflow.models.scripted import ScriptedProvider
@@ -37,10 +35,11 @@ from picoflow.step_registry import collect_steps
 from picoflow.stores import MemorySessionStore
 from tests.support.dynamodb_local import REGION
 from tests.support.mcp_flow import McpFlow, server_spec
-from tests.support.mcp_servers import HttpServer, free_port
+from tests.support.mcp_servers import HttpServer, OpenedSessions, free_port
 from tests.support.mcp_test_server import SECRET
 
 TRANSPORTS = ["http", "stdio"]
+SESSIONS = OpenedSessions()
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +63,7 @@ def transport(request: pytest.FixtureRequest, http_server: HttpServer, monkeypat
 @pytest.fixture(autouse=True)
 async def sessions_closed() -> Any:
     yield
-    await close_sessions()
+    await SESSIONS.close()
 
 
 def call(name: str, args: dict[str, Any], call_id: str = "c1") -> dict[str, Any]:
@@ -73,7 +72,8 @@ def call(name: str, args: dict[str, Any], call_id: str = "c1") -> dict[str, Any]
 
 def engine(script: list[dict[str, Any]]) -> tuple[FlowEngine, ScriptedProvider]:
     provider = ScriptedProvider(script)
-    return FlowEngine(flows=[McpFlow], session_store=MemorySessionStore(), providers=[provider]), provider
+    engine_ = FlowEngine(flows=[McpFlow], session_store=MemorySessionStore(), providers=[provider])
+    return SESSIONS.kept(engine_), provider
 
 
 async def stored(engine_: FlowEngine, session: str) -> dict[str, Any]:
@@ -87,7 +87,7 @@ async def test_a_step_offers_its_allowlist_with_the_servers_schemas(transport: s
     flow = McpFlow()
     collect_steps(flow)
     step = flow.get_step("OfferStep")
-    offered = (await offered_tools(flow, step.use_mcp_tools())).tools
+    offered = (await offered_tools(SESSIONS.direct, flow, step.use_mcp_tools())).tools
     assert sorted(offered) == ["add", "big", "fail", "slow"]
     described = offered["add"].as_model_tool()["function"]
     assert described["description"] == "Add two integers."
@@ -111,7 +111,7 @@ async def test_a_tool_outside_the_allowlist_is_never_called(transport: str) -> N
     response = await run.run("McpFlow", "call the hidden tool", config={"start": "OfferStep"})
     assert response.success
     assert "hallucinates" in provider.calls[1][-1].content
-    counts = (await call_tool(server_spec(), "calls")).structured["counts"]
+    counts = (await run.mcp.call_tool(server_spec(), "calls")).structured["counts"]
     assert "hidden" not in counts
 
 
@@ -270,7 +270,7 @@ async def test_a_server_restarted_between_turns_is_reconnected_once(
                 # Streamable HTTP keeps no connection state the restart could break, or reconnects once.
                 assert len(stale) <= 1 and len(opened_after) <= 2
         finally:
-            await close_sessions()
+            await run.close()
             if server is not None:
                 server.stop()
 
@@ -317,18 +317,18 @@ async def test_an_http_servers_header_comes_from_ssm_read_at_the_first_connect_a
 ) -> None:
     add = {"a": 1, "b": 2}
     with pytest.raises(MCPUnavailableError):
-        await call_tool(MCPServerSpec.http("bare", guarded_server.url, timeout=5), "add", add)
+        await SESSIONS.direct.call_tool(MCPServerSpec.http("bare", guarded_server.url, timeout=5), "add", add)
 
     name = parameter_name()
     # Declaring the server reads nothing: the parameter need not exist until the first connect.
     spec = MCPServerSpec.http("guarded", guarded_server.url, headers_from_ssm={"Authorization": name}, timeout=5)
     ssm.put_parameter(Name=name, Value=TOKEN, Type="SecureString")
-    assert (await call_tool(spec, "add", add)).structured["total"] == 3
+    assert (await SESSIONS.direct.call_tool(spec, "add", add)).structured["total"] == 3
 
     # Kept for the container's life: a new session connects with the value read before.
     ssm.delete_parameter(Name=name)
-    await close_sessions()
-    assert (await call_tool(spec, "add", add)).structured["total"] == 3
+    await SESSIONS.direct.close()
+    assert (await SESSIONS.direct.call_tool(spec, "add", add)).structured["total"] == 3
 
 
 async def test_an_unreadable_ssm_header_is_mcp_unavailable_and_names_no_value(
@@ -337,7 +337,7 @@ async def test_an_unreadable_ssm_header_is_mcp_unavailable_and_names_no_value(
     caplog.set_level(logging.INFO, logger="picoflow")
     spec = MCPServerSpec.http("guarded", guarded_server.url, headers_from_ssm={"Authorization": parameter_name()})
     with pytest.raises(MCPUnavailableError) as caught:
-        await call_tool(spec, "add", {"a": 1, "b": 2})
+        await SESSIONS.direct.call_tool(spec, "add", {"a": 1, "b": 2})
     assert (caught.value.reason, str(caught.value)) == (
         "headers_unavailable", "The MCP server 'guarded' is unavailable (headers_unavailable).")
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
@@ -367,7 +367,7 @@ async def test_an_ssm_header_never_reaches_logs_responses_or_the_session(
         seen += [json.dumps(response.model_dump(), default=str), json.dumps(response.envelope(), default=str)]
         if response.session:
             seen.append(json.dumps(await stored(run, response.session)))
-        await close_sessions()
+        await run.mcp.close()
     out, err = capsys.readouterr()
     seen += [out, err, *(json.dumps(vars(record), default=str) for record in caplog.records)]
     assert any("MCP session opened" in text for text in seen), "the logs were captured"

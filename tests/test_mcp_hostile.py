@@ -17,14 +17,15 @@ import pytest
 
 from picoflow import FlowEngine
 from picoflow.errors import PicoFlowError
-from picoflow.mcp import UNAVAILABLE_TOOL_FEEDBACK, MCPServerSpec, MCPUnavailableError, call_tool, close_sessions
+from picoflow.mcp import UNAVAILABLE_TOOL_FEEDBACK, MCPServerSpec, MCPUnavailableError
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.stores import MemorySessionStore
 from tests.support.hostile_flow import ROOT, HostileFlow, ShadowedFlow
 from tests.support.hostile_mcp_server import SECRET
-from tests.support.mcp_servers import HttpServer, free_port
+from tests.support.mcp_servers import HttpServer, OpenedSessions, free_port
 
 TRANSPORTS = ["http", "stdio"]
+SESSIONS = OpenedSessions()
 #: The hostile servers over HTTP, by what they do wrong (the stdio ones are started by the flow with these).
 MISDEEDS = {"plain": {}, "described": {"HOSTILE_DESCRIPTION_BYTES": "1000000"}, "crowded": {"HOSTILE_TOOLS": "200"},
             "json": {"HOSTILE_JSON_RESPONSE": "1"}}
@@ -45,7 +46,7 @@ async def sessions_closed(monkeypatch: pytest.MonkeyPatch) -> Any:
     for name in [name for name in os.environ if name.startswith("HOSTILE_")]:
         monkeypatch.delenv(name)
     yield
-    await close_sessions()
+    await SESSIONS.close()
 
 
 def serve(transport: str, misdeed: str, servers: dict[str, HttpServer], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,7 +64,8 @@ def call(name: str, args: dict[str, Any], call_id: str = "c1") -> dict[str, Any]
 
 def engine(script: list[dict[str, Any]]) -> tuple[FlowEngine, ScriptedProvider]:
     provider = ScriptedProvider(script)
-    return FlowEngine(flows=[HostileFlow], session_store=MemorySessionStore(), providers=[provider]), provider
+    engine_ = FlowEngine(flows=[HostileFlow], session_store=MemorySessionStore(), providers=[provider])
+    return SESSIONS.kept(engine_), provider
 
 
 class RootRecords(logging.Handler):
@@ -246,9 +248,9 @@ async def test_call_tool_reports_an_oversized_answer_as_too_large(
             else MCPServerSpec.stdio("hostile", sys.executable, ["-m", "tests.support.hostile_mcp_server"],
                                      env={"PYTHONPATH": ROOT}, max_result_bytes=50_000))
     with pytest.raises(MCPUnavailableError) as caught:
-        await call_tool(spec, "flood", {"hotels": 2000})
+        await SESSIONS.direct.call_tool(spec, "flood", {"hotels": 2000})
     assert caught.value.reason == "too_large"
-    assert (await call_tool(spec, "echo", {"text": "still here"})).text == "still here"
+    assert (await SESSIONS.direct.call_tool(spec, "echo", {"text": "still here"})).text == "still here"
 
 
 # -- 4. logs ---------------------------------------------------------------------------------------------------
@@ -295,13 +297,14 @@ async def test_a_stdio_server_runs_in_its_declared_folder_with_only_the_variable
                                inherit_env=["PICOFLOW_TEST_PASSED", "PICOFLOW_TEST_UNSET"], cwd="work")
     assert spec.cwd == str(tmp_path / "work"), "a relative folder is read when declared"
     (tmp_path / "work").mkdir()
-    where = (await call_tool(spec, "where")).structured
+    where = (await SESSIONS.direct.call_tool(spec, "where")).structured
     assert where["cwd"] == str(tmp_path / "work")
     assert where["env"] == {"PICOFLOW_TEST_PASSED": "yes", "PICOFLOW_TEST_SET": "set"}
 
     default = MCPServerSpec.stdio("other", sys.executable, ["-m", "tests.support.hostile_mcp_server"],
                                   env={"PYTHONPATH": ROOT})
-    assert (await call_tool(default, "where")).structured["cwd"] == str(tmp_path), "the process's folder"
+    where_default = (await SESSIONS.direct.call_tool(default, "where")).structured
+    assert where_default["cwd"] == str(tmp_path), "the process's folder"
 
 
 @pytest.mark.parametrize("command", ["missing", "exits"])
@@ -314,7 +317,7 @@ async def test_a_stdio_server_that_fails_to_start_logs_its_command_and_status_ne
         script = f"import sys; print('{SECRET}'); print('{SECRET}', file=sys.stderr); raise SystemExit(7)"
         spec = MCPServerSpec.stdio("broken", sys.executable, ["-c", script])
     with pytest.raises(MCPUnavailableError) as caught:
-        await call_tool(spec, "echo", {"text": "x"})
+        await SESSIONS.direct.call_tool(spec, "echo", {"text": "x"})
     assert caught.value.reason == "unreachable"
     if command == "missing":
         (record,) = [r for r in root_records.records if r.getMessage() == "MCP server could not be started"]

@@ -20,8 +20,9 @@ from picoflow import FlowEngine, ModelSelection
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.errors import PUBLIC_MESSAGES, RETRY_AFTER_SECONDS, SessionStoreError, public_message
+from picoflow.models.bedrock import BEDROCK_VOCABULARY
 from picoflow.stores import MemorySessionStore
-from picoflow.turn.loop import _Failure
+from picoflow.turn.model_call import Failure
 from tests.support import faulty_flows
 from tests.support.engine import call, scripted_engine, text
 from tests.support.faulty_flows import MARKER, FaultyFlow, KeepingFlow
@@ -92,9 +93,11 @@ def test_a_throttled_model_is_503_and_other_failures_502():
         response = {"Error": {"Code": "ThrottlingException", "Message": "Too many requests"}}
 
     selection = ModelSelection(provider="bedrock", name="amazon.nova-lite-v1:0")
-    assert _Failure("invocation_error", "error", "x", 3, ClientError()).as_error(selection).code == "MODEL_THROTTLED"
-    throttled = _Failure("invocation_error", "error", "429", 3, RateLimited()).as_error(selection)
-    failing = _Failure("invocation_error", "error", "500", 3, RuntimeError()).as_error(selection)
+    words = BEDROCK_VOCABULARY
+    botocore = Failure("invocation_error", "error", "x", 3, ClientError()).as_error(selection, words)
+    assert botocore.code == "MODEL_THROTTLED"
+    throttled = Failure("invocation_error", "error", "429", 3, RateLimited()).as_error(selection, words)
+    failing = Failure("invocation_error", "error", "500", 3, RuntimeError()).as_error(selection, words)
     assert (throttled.code, throttled.status_code) == ("MODEL_THROTTLED", 503)
     assert (failing.code, failing.status_code) == ("MODEL_UNAVAILABLE", 502)
 

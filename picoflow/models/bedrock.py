@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,13 +13,13 @@ from picoflow.models.caching import PROMPT_CACHE_PARAM, bedrock_points, check_pr
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
-    check_common_values,
-    checked_params,
+    BuiltInProvider,
     env_value,
     import_extra,
     usage_normalising,
 )
-from picoflow.models.registry import ModelProvider, ModelSelection
+from picoflow.models.registry import ModelSelection
+from picoflow.models.vocabulary import Vocabulary
 
 BEDROCK_PARAMS = frozenset(
     {"temperature", "top_p", "max_tokens", "stop", "timeout", "additional_model_request_fields",
@@ -32,7 +31,20 @@ BEDROCK_CONNECT_TIMEOUT_SECONDS = 10.0
 _OBJECT_PARAMS = ("additional_model_request_fields", "guardrail_config", "performance_config")
 
 
-class BedrockProvider(ModelProvider):
+BEDROCK_VOCABULARY = Vocabulary(
+    # The Converse API's stopReason when a guardrail or the content filters stopped the reply.
+    blocked_finish_reasons=frozenset({"guardrail_intervened", "content_filtered"}),
+    throttling_names=frozenset({"ThrottlingException"}),
+    auth_codes={
+        "UnrecognizedClientException": "the AWS credentials",
+        "AccessDeniedException": "the model access of the function's role",
+    },
+    configuration_codes={"ResourceNotFoundException": "the model name"},
+)
+"""How Bedrock refuses, throttles and reports a role or a model it does not know."""
+
+
+class BedrockProvider(BuiltInProvider):
     """Bedrock models via ``langchain-aws``'s ``ChatBedrockConverse``, imported only when a model is built.
 
     There is no key: boto3 finds the IAM credentials (on Lambda, the function's role). The Region comes from
@@ -46,22 +58,20 @@ class BedrockProvider(ModelProvider):
     #: Images and PDFs, sent as Converse image and document blocks.
     file_types = KNOWN_TYPES
 
-    def __init__(
-        self,
-        region: str | None = None,
-        *,
-        name: str = "bedrock",
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        self.name = name
-        self._region = region
-        self._environ = environ
+    name = "bedrock"
+    accepted_params = BEDROCK_PARAMS
+    # The Converse API takes temperature from 0 to 1 whatever the model.
+    max_temperature = 1.0
+    vocabulary = BEDROCK_VOCABULARY
 
-    def validate(self, selection: ModelSelection) -> None:
-        """Reject a reserved or unknown parameter, or a bad parameter value."""
-        label, params = checked_params(selection, BEDROCK_PARAMS)
-        # The Converse API takes temperature from 0 to 1 whatever the model.
-        check_common_values(label, params, max_temperature=1.0)
+    def __init__(
+        self, region: str | None = None, *, name: str | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(name=name, environ=environ)
+        self._region = region
+
+    def check_values(self, label: str, params: Mapping[str, Any]) -> None:
+        """The prompt cache switch, and the Converse API's objects as objects."""
         check_prompt_cache(label, params)
         for key in _OBJECT_PARAMS:
             if key in params and not isinstance(params[key], dict):
@@ -69,14 +79,12 @@ class BedrockProvider(ModelProvider):
 
     def missing_setting(self) -> str | None:
         """``AWS_REGION`` when no Region is set (credentials are boto3's to find, at the first call)."""
-        env = os.environ if self._environ is None else self._environ
-        return None if self._region or env_value(env, "AWS_REGION", "AWS_DEFAULT_REGION") else "AWS_REGION"
+        return None if self._region or env_value(self.environ, "AWS_REGION", "AWS_DEFAULT_REGION") else "AWS_REGION"
 
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """A ``ChatBedrockConverse`` whose boto3 client has connect and read timeouts and retries transport
         failures and throttling itself (botocore's standard mode)."""
-        env = os.environ if self._environ is None else self._environ
-        region = self._region or env_value(env, "AWS_REGION", "AWS_DEFAULT_REGION")
+        region = self._region or env_value(self.environ, "AWS_REGION", "AWS_DEFAULT_REGION")
         if not region:
             raise ModelNotConfiguredError(
                 f"Model provider '{self.name}' has no AWS Region: pass region to BedrockProvider "

@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import os
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
 from picoflow.errors import ModelNotConfiguredError, PicoFlowError
-from picoflow.models.registry import ModelSelection
+from picoflow.models.registry import ModelProvider, ModelSelection
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 """The per-request timeout of every built-in provider's client, unless a selection sets ``timeout``."""
@@ -139,6 +140,82 @@ def import_extra(module: str, *, provider: str, extra: str) -> ModuleType:
             provider=provider,
             setting=f"the {package} package",
         ) from exc
+
+
+# -- the opening the built-in providers share ------------------------------------------------------
+
+
+class BuiltInProvider(ModelProvider):
+    """A provider whose settings are read from an environment when a model is built, and whose selections are
+    checked against the parameters it accepts (``accepted_params``) and the values every provider checks."""
+
+    #: The parameters a selection may set.
+    accepted_params: frozenset[str] = frozenset()
+    #: The highest ``temperature`` the provider's API takes.
+    max_temperature: float = 2.0
+
+    def __init__(self, *, name: str | None = None, environ: Mapping[str, str] | None = None) -> None:
+        if name is not None:
+            self.name = name
+        self._environ = environ
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """Where settings are read: the ``environ`` given, else the process environment."""
+        return os.environ if self._environ is None else self._environ
+
+    def validate(self, selection: ModelSelection) -> None:
+        """Reject a reserved or unknown parameter, or a bad parameter value."""
+        label, params = checked_params(selection, self.accepted_params)
+        self.check_values(label, params)
+        check_common_values(label, params, max_temperature=self.max_temperature)
+
+    def check_values(self, label: str, params: Mapping[str, Any]) -> None:  # noqa: B027 - an optional hook
+        """Check the values of the parameters only this provider takes; nothing by default."""
+
+
+class KeyedProvider(BuiltInProvider):
+    """A built-in provider reached with an API key (``api_key`` or the first of ``key_variables`` set) and an
+    endpoint (``base_url``, else the provider's own variable or default)."""
+
+    #: The variables that may hold the key, the one to name when none is set first.
+    key_variables: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        name: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(name=name, environ=environ)
+        self._api_key = api_key
+        self._base_url = base_url
+
+    def api_key(self) -> str | None:
+        """The key a model built now would carry, if any."""
+        return self._api_key or env_value(self.environ, *self.key_variables)
+
+    def missing_setting(self) -> str | None:
+        """The key variable (or its ``_PARAMETER``) when no key is set."""
+        return None if self.api_key() else key_setting(self.environ, self.key_variables[0])
+
+    def credentials_token(self) -> str:
+        return key_token(self.api_key())
+
+    def required_key(self) -> str:
+        """The key, or ``ModelNotConfiguredError`` naming the variable to set."""
+        key = self.api_key()
+        if not key:
+            variables = " (or ".join(self.key_variables) + ")" * (len(self.key_variables) - 1)
+            raise ModelNotConfiguredError(
+                f"Model provider '{self.name}' has no API key: pass api_key to {type(self).__name__} "
+                f"or set {variables}.",
+                provider=self.name,
+                setting=key_setting(self.environ, self.key_variables[0]),
+            )
+        return key
 
 
 # -- usage normalisation ---------------------------------------------------------------------------

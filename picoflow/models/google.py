@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from picoflow.errors import ModelNotConfiguredError, PicoFlowError
+from picoflow.errors import PicoFlowError
 from picoflow.files.refs import KNOWN_TYPES
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
-    check_common_values,
-    checked_params,
+    KeyedProvider,
     env_value,
     import_extra,
-    key_setting,
-    key_token,
 )
-from picoflow.models.registry import ModelProvider, ModelSelection
+from picoflow.models.registry import ModelSelection
+from picoflow.models.vocabulary import Vocabulary
 
 GOOGLE_DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 GOOGLE_PARAMS = frozenset(
@@ -33,7 +30,16 @@ GOOGLE_PARAMS = frozenset(
 _GOOGLE_CLIENT_ATTEMPTS = CLIENT_RETRIES + 1
 
 
-class GoogleProvider(ModelProvider):
+GOOGLE_VOCABULARY = Vocabulary(
+    blocked_finish_reasons=frozenset({"safety", "prohibited_content", "blocklist", "spii"}),
+    # Gemini reports a prompt it will not answer at all in the reply's prompt feedback.
+    prompt_feedback_key="prompt_feedback",
+    throttling_names=frozenset({"ResourceExhausted", "TooManyRequests"}),
+)
+"""How the Gemini API refuses and throttles."""
+
+
+class GoogleProvider(KeyedProvider):
     """Gemini models via ``langchain-google-genai``'s ``ChatGoogleGenerativeAI``, imported only when a model
     is built.
 
@@ -45,25 +51,15 @@ class GoogleProvider(ModelProvider):
     #: Images and PDFs, sent as inline data.
     file_types = KNOWN_TYPES
 
-    def __init__(
-        self,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        *,
-        name: str = "google",
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        self.name = name
-        self._api_key = api_key
-        self._base_url = base_url
-        self._environ = environ
+    name = "google"
+    accepted_params = GOOGLE_PARAMS
+    key_variables = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
+    vocabulary = GOOGLE_VOCABULARY
 
-    def validate(self, selection: ModelSelection) -> None:
-        """Reject a reserved or unknown parameter, or a bad parameter value."""
-        label, params = checked_params(selection, GOOGLE_PARAMS)
+    def check_values(self, label: str, params: Mapping[str, Any]) -> None:
+        """One of ``max_tokens`` and ``max_output_tokens``, and a ``thinking_budget`` Gemini understands."""
         if "max_tokens" in params and "max_output_tokens" in params:
             raise PicoFlowError(f"Model '{label}' sets both max_tokens and max_output_tokens; keep one.")
-        check_common_values(label, params)
         budget = params.get("thinking_budget")
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < -1):
             raise PicoFlowError(
@@ -71,34 +67,15 @@ class GoogleProvider(ModelProvider):
                 f"got {budget!r}."
             )
 
-    def missing_setting(self) -> str | None:
-        """``GOOGLE_API_KEY`` (or its ``_PARAMETER``) when neither it nor ``GEMINI_API_KEY`` is set."""
-        env = os.environ if self._environ is None else self._environ
-        if self._api_key or env_value(env, "GOOGLE_API_KEY", "GEMINI_API_KEY"):
-            return None
-        return key_setting(env, "GOOGLE_API_KEY")
-
-    def credentials_token(self) -> str:
-        env = os.environ if self._environ is None else self._environ
-        return key_token(self._api_key or env_value(env, "GOOGLE_API_KEY", "GEMINI_API_KEY"))
-
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """A ``ChatGoogleGenerativeAI`` with a request timeout and a single attempt per call (the runner makes
         the attempts)."""
-        env = os.environ if self._environ is None else self._environ
-        api_key = self._api_key or env_value(env, "GOOGLE_API_KEY", "GEMINI_API_KEY")
-        if not api_key:
-            raise ModelNotConfiguredError(
-                f"Model provider '{self.name}' has no API key: pass api_key to GoogleProvider "
-                "or set GOOGLE_API_KEY (or GEMINI_API_KEY).",
-                provider=self.name,
-                setting=key_setting(env, "GOOGLE_API_KEY"),
-            )
+        api_key = self.required_key()
         module = import_extra("langchain_google_genai", provider=self.name, extra="google")
         options: dict[str, Any] = {"timeout": DEFAULT_TIMEOUT_SECONDS, **selection.params}
         if "max_tokens" in options:
             options["max_output_tokens"] = options.pop("max_tokens")
-        base_url = self._base_url or env_value(env, "GOOGLE_BASE_URL")
+        base_url = self._base_url or env_value(self.environ, "GOOGLE_BASE_URL")
         if base_url:
             options["base_url"] = base_url
         model: BaseChatModel = module.ChatGoogleGenerativeAI(

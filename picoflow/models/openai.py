@@ -35,6 +35,7 @@ from picoflow.models.common import (
     usage_normalising,
 )
 from picoflow.models.registry import ModelProvider, ModelSelection
+from picoflow.models.vocabulary import Vocabulary
 
 #: How LangChain asks an OpenAI-style server for structured output.
 StructuredOutputMethod = Literal["function_calling", "json_schema", "json_mode"]
@@ -114,6 +115,16 @@ OPENAI_COMPATIBLE: dict[str, CompatibleEndpoint] = {
 """The built-in members of the family, by provider name."""
 
 
+OPENAI_VOCABULARY = Vocabulary(
+    blocked_finish_reasons=frozenset({"content_filter"}),
+    # A prompt the content filters refuse is an error with one of these codes (Azure's and OpenAI's).
+    blocked_error_codes=frozenset({"content_filter", "content_policy_violation"}),
+    refusal_key="refusal",
+    throttling_names=frozenset({"RateLimitError"}),
+)
+"""How OpenAI and the OpenAI-compatible family refuse and throttle."""
+
+
 class OpenAIProvider(ModelProvider):
     """Chat models from OpenAI or from any provider of the OpenAI-compatible family.
 
@@ -127,6 +138,8 @@ class OpenAIProvider(ModelProvider):
     the catalog, and a name it does not list is served with a warning; every other member accepts any model
     name and only the parameters' values are checked.
     """
+
+    vocabulary = OPENAI_VOCABULARY
 
     def __init__(
         self,

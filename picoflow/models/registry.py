@@ -13,6 +13,7 @@ from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
 
 from picoflow.errors import ModelNotConfiguredError, PicoFlowError
+from picoflow.models.vocabulary import Vocabulary
 from picoflow.session.document import ModelSelectionDoc
 
 ProviderFamily = Literal["openai", "gemini", "anthropic", "unsupported"]
@@ -123,6 +124,8 @@ class ModelProvider(ABC):
     name: str
     #: The file types (MIME) its chat models read as content parts; a file of another type is refused.
     file_types: frozenset[str] = frozenset()
+    #: Its words for refusals, throttling and configuration faults; by default only what HTTP says.
+    vocabulary: Vocabulary = Vocabulary()
 
     @abstractmethod
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
@@ -205,6 +208,11 @@ class ProviderRegistry:
         """The file types the provider serving ``selection`` reads."""
         provider = self.override or self._providers.get(selection.provider)
         return provider.file_types if provider is not None else frozenset()
+
+    def vocabulary(self, selection: ModelSelection) -> Vocabulary:
+        """The vocabulary of the provider serving ``selection``, to read its answers and errors in."""
+        provider = self.override or self._providers.get(selection.provider)
+        return provider.vocabulary if provider is not None else Vocabulary()
 
     def chat_model(self, selection: ModelSelection) -> BaseChatModel:
         """The chat model serving ``selection``, validated first and built once per distinct selection."""

@@ -25,7 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from picoflow.errors import IllegalConversationError, PicoFlowError, ScriptedModelError, ScriptExhaustedError
 from picoflow.files.refs import KNOWN_TYPES
 from picoflow.messages import FINISH_KEYS
+from picoflow.models.anthropic import ANTHROPIC_VOCABULARY
+from picoflow.models.bedrock import BEDROCK_VOCABULARY
 from picoflow.models.calls import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
+from picoflow.models.google import GOOGLE_VOCABULARY
+from picoflow.models.openai import OPENAI_VOCABULARY
 from picoflow.models.registry import ModelProvider, ModelSelection
 from picoflow.parsing import strip_fence
 
@@ -78,6 +82,8 @@ class ScriptedProvider(ModelProvider):
 
     #: It reads nothing, so it takes every file type the API can accept.
     file_types = KNOWN_TYPES
+    #: A script stands in for any built-in provider, so its replies and errors may use any one's words.
+    vocabulary = OPENAI_VOCABULARY.merged(ANTHROPIC_VOCABULARY, GOOGLE_VOCABULARY, BEDROCK_VOCABULARY)
 
     def __init__(self, script: Iterable[Reply], name: str = "scripted", *, strict: bool = True) -> None:
         self.name = name

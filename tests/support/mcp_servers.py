@@ -10,6 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from picoflow import FlowEngine
+from picoflow.mcp import MCPSessions
+
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 30
 
@@ -63,3 +66,21 @@ class HttpServer:
             self.process.send_signal(signal.SIGCONT)
             self.process.kill()
             self.process.wait(timeout=10)
+
+
+class OpenedSessions:
+    """The MCP sessions a test module opens: ``direct`` for tool calls made without an engine, and those of every
+    engine it keeps; ``close`` ends them all (stdio servers exit) after each test."""
+
+    def __init__(self) -> None:
+        self.direct = MCPSessions()
+        self._engines: list[FlowEngine] = []
+
+    def kept(self, engine: FlowEngine) -> FlowEngine:
+        self._engines.append(engine)
+        return engine
+
+    async def close(self) -> None:
+        await self.direct.close()
+        while self._engines:
+            await self._engines.pop().mcp.close()

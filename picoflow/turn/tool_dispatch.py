@@ -1,0 +1,278 @@
+"""Tool dispatch: the handlers for one AI message's tool calls, with their arguments checked, their approvals asked
+and their answers applied as transitions; one tool message per call."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+from pydantic import BaseModel, ValidationError
+
+from picoflow import telemetry
+from picoflow.errors import PicoFlowError
+from picoflow.files.reopen import OPEN_FILE_TOOL, FileOpening
+from picoflow.flow import Flow
+from picoflow.mcp import ToolCallOutcome, run_offered
+from picoflow.messages import ToolMessageEx
+from picoflow.step import Step
+from picoflow.step_tools import (
+    InvalidToolArguments,
+    approval_of,
+    argument_model,
+    group_handler,
+    is_effect,
+    takes_no_arguments,
+    tool_handler,
+)
+from picoflow.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition, handling
+from picoflow.turn import approvals, effects
+from picoflow.turn.cursor import apply_transition
+from picoflow.turn.model_call import ModelCall
+
+
+@dataclass
+class ToolOutcome:
+    """What the calls of one AI message came to: their tool messages and what a handler answered besides."""
+
+    messages: list[BaseMessage] = field(default_factory=list)
+    extra: BaseMessage | None = None
+    finish: bool = False
+    result: DirectResult | None = None
+    #: Whether a call now waits for a person's decision instead of having run.
+    paused: bool = False
+
+
+async def _call_handler(step: Step, handler: Any, argument: Any, call: Mapping[str, Any] | None = None) -> Any:
+    with handling(step, call):
+        # A tool without arguments is handled by ``async def show_table(self)``.
+        result = handler() if takes_no_arguments(getattr(handler, "__func__", handler)) else handler(argument)
+        return await result if inspect.isawaitable(result) else result
+
+
+async def _run_handler(flow: Flow, step: Step, handler: Any, calls: list[dict[str, Any]],
+                       run: Callable[[], Awaitable[Any]], key: str | None = None) -> Any:
+    """What a handler returns; an effect handler runs once per turn, however often the turn is retried (an approved
+    call once under its approval's ``key``, in whichever request settles it)."""
+    if key is not None or is_effect(flow, [call["name"] for call in calls], handler):
+        return await effects.once(flow, step, calls, run, key=key)
+    return await run()
+
+
+def _handler_route(step: Step, handler: Any, result: Any) -> Transition:
+    """A tool handler's answer (other than None, which routes nowhere) as a transition."""
+    transition = as_transition(result)
+    if transition is None:
+        where = f"Tool handler '{type(step).__name__}.{getattr(handler, '__name__', handler)}'"
+        # A TypeScript-style {step, state} object is the usual slip: say what to write instead.
+        raise PicoFlowError(
+            f"{where} returned a {type(result).__name__}; return go(Step), stay(...), direct(...), "
+            "a step class or name, or None (go(Step).with_state({...}) carries state)."
+        )
+    return transition
+
+
+def _group_route(step: Step, method: str, result: Any) -> Transition:
+    where = f"Tool group handler '{type(step).__name__}.{method}'"
+    if result is None:
+        raise PicoFlowError(f"{where} returned None.")
+    if isinstance(result, str) and not result.strip():
+        raise PicoFlowError(f"{where} returned an empty step name.")
+    if isinstance(result, (bool, int, float, list, tuple)):
+        raise PicoFlowError(f"{where} returned an unsupported {type(result).__name__} result.")
+    if isinstance(result, dict) and "step" not in result:
+        raise PicoFlowError(f"{where} returned an object without step.")
+    transition = as_transition(result)
+    if transition is None:
+        raise PicoFlowError(f"{where} returned an object with an invalid step.")
+    return transition
+
+
+async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall, *,
+                         approved_key: str | None = None) -> ToolOutcome:
+    """Run the handlers for one AI message's tool calls; one tool message per call.
+
+    A call that needs a person's decision does not run: it waits (``picoflow.turn.approvals``) and the outcome
+    says so. ``approved_key`` settles calls a person approved: they run under that journal key.
+    """
+    calls = ai.tool_calls
+    outcome = ToolOutcome()
+    group = group_handler(step, {call["name"] for call in calls})
+    if group is not None:
+        await _dispatch_group(flow, step, group, calls, outcome, approved_key)
+        return outcome
+    exposed = set(offer.tools)
+    offered = await offer.mcp_tools(step)
+    opening: FileOpening | None = None
+    for call in telemetry.tool_calls(calls, outcome.messages):
+        name = call["name"]
+        if name in offered.tools or name in offered.unavailable:
+            arguments = call.get("args") or {}
+            ran = (await run_offered(offered.tools[name], arguments) if name in offered.tools
+                   else offered.unavailable_outcome(name, arguments))
+            await _dispatch_offered(flow, step, call, ran, outcome)
+        elif name == OPEN_FILE_TOOL and name not in exposed:
+            opening = opening or FileOpening(step.get_memory(), flow.run_context.files.budget, step)
+            outcome.messages.append(_tool_message(step, call, *opening.answer(call.get("args") or {})))
+        elif name not in exposed:
+            flow.logger.warn(f"hallucinated tool: {name}", step=step.id)
+            outcome.messages.append(
+                _tool_message(step, call, f"LLM hallucinates a non-existing tool: {name}", status="error")
+            )
+        else:
+            await _dispatch_call(flow, step, call, outcome, approved_key)
+    # The opened files follow every call's result, in one message the next request carries in full.
+    outcome.messages.extend(opening.messages() if opening is not None else [])
+    return outcome
+
+
+async def _dispatch_group(flow: Flow, step: Step, group: Any, calls: list[Any], outcome: ToolOutcome,
+                          approved_key: str | None) -> None:
+    """A group handler owns the whole batch: it runs once for every call, after every call's arguments check."""
+    checked = [(call, _checked_args(flow, call)) for call in calls]
+    valid = [(call, args) for call, args in checked if not isinstance(args, ValidationError)]
+    if len(valid) < len(checked):
+        # Nothing runs until every call is valid.
+        for call, args in checked:
+            if isinstance(args, ValidationError):
+                outcome.messages.append(await _refuse_arguments(flow, step, call, args, outcome))
+            else:
+                outcome.messages.append(_tool_message(
+                    step, call, "Not run: another call in this batch had invalid arguments.", status="error"
+                ))
+        return
+    validated = [{**call, "args": _as_dict(args)} for call, args in valid]
+    rule = None if approved_key else approval_of(flow, [call["name"] for call in calls], group)
+    approver = rule.approver_for(validated) if rule is not None else None
+    if rule is not None and approver is not None:
+        outcome.messages.extend(approvals.pause(flow, step, validated, rule, approver, group=True))
+        outcome.paused = True
+        return
+    run_group = functools.partial(_call_handler, step, group, validated)
+    returned = await _run_handler(flow, step, group, validated, run_group, approved_key)
+    if isinstance(returned, DirectResult):
+        outcome.result = _worker_result(flow, step, returned)
+        outcome.messages.extend(_tool_message(step, call, TOOL_VALIDATED) for call in calls)
+        return
+    transition = _group_route(step, group.__name__, returned)
+    await apply_transition(flow, transition)
+    for call in calls:
+        outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
+    outcome.extra, outcome.finish = transition.message, transition.finish
+
+
+async def _dispatch_call(flow: Flow, step: Step, call: Mapping[str, Any], outcome: ToolOutcome,
+                         approved_key: str | None) -> None:
+    """One call of an exposed tool: its arguments checked, its approval asked, then its handler run."""
+    name = call["name"]
+    args = _checked_args(flow, call)
+    if isinstance(args, ValidationError):
+        outcome.messages.append(await _refuse_arguments(flow, step, call, args, outcome))
+        return
+    handler = tool_handler(step, name)
+    if handler is None:
+        flow.logger.warn(f"missing tool handler: {name}", step=step.id)
+        outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
+        return
+    argument = _handler_argument(handler, args)
+    rule = None if approved_key else approval_of(flow, [name], handler)
+    approver = rule.approver_for(argument) if rule is not None else None
+    if rule is not None and approver is not None:
+        outcome.messages.extend(approvals.pause(flow, step, [{**call, "args": _as_dict(args)}], rule, approver))
+        outcome.paused = True
+        return
+    run = functools.partial(_call_handler, step, handler, argument, call)
+    returned = await _run_handler(flow, step, handler, [{**call, "args": _as_dict(args)}], run, approved_key)
+    if isinstance(returned, DirectResult):
+        outcome.result = _worker_result(flow, step, returned)
+        outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
+        return
+    if returned is None:
+        outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
+        return
+    transition = _handler_route(step, handler, returned)
+    await apply_transition(flow, transition)
+    outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
+    if transition.message is not None:
+        outcome.extra, outcome.finish = transition.message, transition.finish
+
+
+async def _dispatch_offered(flow: Flow, step: Step, call: Mapping[str, Any], ran: ToolCallOutcome,
+                            outcome: ToolOutcome) -> None:
+    """An MCP tool the step offers, answered: a same-named handler of the step gets the server's result."""
+    handler = tool_handler(step, call["name"]) if ran.result is not None else None
+    if handler is None:
+        if ran.result is not None and ran.result.error is not None:
+            flow.logger.warn("MCP tool unavailable", step=step.id, server=ran.result.server, tool=ran.result.tool,
+                             reason=ran.result.error.reason)
+        outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
+        return
+    returned = await _call_handler(step, handler, ran.result, call)
+    if isinstance(returned, DirectResult):
+        outcome.result = _worker_result(flow, step, returned)
+        outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
+        return
+    if returned is None:
+        # The handler only looked: the model reads the server's result (or the fixed sentence on a failure).
+        outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
+        return
+    transition = _handler_route(step, handler, returned)
+    await apply_transition(flow, transition)
+    outcome.messages.append(_tool_message(step, call, transition.tool or ran.content))
+    if transition.message is not None:
+        outcome.extra, outcome.finish = transition.message, transition.finish
+
+
+def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult:
+    worker = flow.run_context.view(flow).worker
+    if worker is None or worker.step is not step:
+        raise PicoFlowError("direct_result() can only be returned by a tool handler of a run_steps() worker.")
+    return result
+
+
+def _checked_args(flow: Flow, call: Mapping[str, Any]) -> dict[str, Any] | BaseModel | ValidationError:
+    """The call's arguments validated against its tool schema (the model instance), or the validation error."""
+    spec = flow.get_tool(call["name"])
+    raw = call.get("args") or {}
+    if spec is None:
+        return dict(raw)
+    try:
+        return spec.schema.model_validate(raw)
+    except ValidationError as exc:
+        return exc
+
+
+def _as_dict(args: dict[str, Any] | BaseModel) -> dict[str, Any]:
+    # By alias: a field declared ``Field(alias="json")`` reaches a dict handler under the name the model sent.
+    return args.model_dump(mode="json", by_alias=True) if isinstance(args, BaseModel) else args
+
+
+def _handler_argument(handler: Any, args: dict[str, Any] | BaseModel) -> Any:
+    """A typed handler (``args: Model``) gets the validated model; any other handler its JSON dict."""
+    wanted = argument_model(getattr(handler, "__func__", handler))
+    return args if wanted is not None and isinstance(args, wanted) else _as_dict(args)
+
+
+def _tool_message(step: Step, call: Mapping[str, Any], content: str, status: str = "success") -> ToolMessageEx:
+    return ToolMessageEx(step.id, content, call.get("id") or "", name=call["name"], status=status)
+
+
+async def _refuse_arguments(
+    flow: Flow, step: Step, call: Mapping[str, Any], error: ValidationError, outcome: ToolOutcome
+) -> ToolMessageEx:
+    """The tool result for a call with invalid arguments: the step's own feedback, or the default one."""
+    invalid = InvalidToolArguments(name=call["name"], args=dict(call.get("args") or {}), error=error)
+    hook = step.on_invalid_tool_arguments
+    answer = await _call_handler(step, hook, invalid, call)
+    if answer is None or isinstance(answer, str):
+        return _tool_message(step, call, answer or invalid.default_feedback(), status="error")
+    transition = _handler_route(step, hook, answer)
+    await apply_transition(flow, transition)
+    if transition.message is not None:
+        outcome.extra, outcome.finish = transition.message, transition.finish
+    # A bare stay() carries "input validated", which would tell the model the opposite of what happened.
+    feedback = transition.tool if transition.tool not in (None, TOOL_VALIDATED) else invalid.default_feedback()
+    return _tool_message(step, call, feedback, status="error")
