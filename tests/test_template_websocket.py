@@ -151,5 +151,5 @@ def test_the_http_function_may_follow_a_decision_up_on_the_websocket_apis_connec
     # Only with the WebSocket API, and only its stage's connections: the check that one is open, and the post.
     assert condition == "HasWebSocketApi" and absent == {"Ref": "AWS::NoValue"}
     assert push["Action"] == "execute-api:ManageConnections"
-    assert [resource["Fn::Sub"].split(":", 5)[-1] for resource in push["Resource"]] == [
+    assert [resource["Fn::Sub"].rsplit(":", 1)[-1] for resource in push["Resource"]] == [
         "${WebSocketApi}/live/POST/@connections/*", "${WebSocketApi}/live/GET/@connections/*"]

@@ -23,6 +23,7 @@ from picoflow.aws import runtime as aws_runtime
 from picoflow.aws import websocket, ws_push
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.aws.ws_connections import CONNECTION_ID_PREFIX, Connection, ConnectionBook, record_id
+from picoflow.results import RunResponse
 from tests.support import desk_flows
 from tests.support.dynamodb_local import DynamoTable
 
@@ -217,6 +218,14 @@ def test_the_follow_up_is_pushed_once_to_the_owners_connection(desk: Desk) -> No
     status, again = desk.decide(session, approval, key=None)
     assert status == 409 and again["code"] == "APPROVAL_NOT_PENDING"
     assert len(desk.owner.posts) == pushed_from + len(pushed) and len(desk_flows.APPLIED) == 1
+
+    # Pushed again for the same call, the follow-up turn replays under its key: nothing runs, nothing is posted.
+    runtime = aws_runtime.get_runtime()
+    stored = runtime.call(runtime.engine.session_store.load(session))
+    assert stored is not None
+    fresh = RunResponse(success=True, completed=False, message="", session=session)
+    assert ws_push.push_follow_up(runtime, fresh, stored, approval, None) is False
+    assert len(desk.owner.posts) == pushed_from + len(pushed)
 
     # The owner's next turn is answered afresh: the follow-up was the model's, once.
     assert desk.say({"message": "thanks", "session": session})["message"] == "You are welcome."
