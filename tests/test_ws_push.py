@@ -345,3 +345,14 @@ def test_the_connection_book_on_dynamodb_local(dynamodb_local_table: DynamoTable
     book.forget("alice-1", "tab-2")
     assert book.find("alice-1") is None and book.find("bob-2") == Connection("tab-9", ENDPOINT)
     book.forget("alice-1", "tab-2")  # already gone: nothing to do
+
+
+def test_erasing_the_owner_removes_their_connection_record(desk: Desk) -> None:
+    desk.script()
+    desk.connect()
+    desk.connect(principal="bob-2", connection_id="bob-conn")
+    event = http_event("DELETE", "/ai/me")
+    event["requestContext"]["authorizer"] = {"jwt": {"claims": ALICE, "scopes": None}}
+    assert api.lambda_handler(event, FakeLambdaContext())["statusCode"] == 200
+    assert desk.book().find("alice-1") is None
+    assert desk.book().find("bob-2") == Connection("bob-conn", ENDPOINT)

@@ -21,6 +21,7 @@ recorded, and nothing is pushed.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from picoflow.aws import ws_authorizer
 from picoflow.aws.observability import logger
 from picoflow.aws.runtime import get_runtime
+from picoflow.errors import SessionStoreError
 from picoflow.session.dynamodb_store import DynamoDBSessionStore
 from picoflow.session.store import SessionStore
 
@@ -102,6 +104,15 @@ class ConnectionBook:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
+
+    async def erase(self, owner: str) -> None:
+        """Remove ``owner``'s record whatever connection it names (erasing the principal's data);
+        ``SessionStoreError`` when the table does not answer."""
+        request = {"TableName": self.table_name, "Key": {"id": {"S": record_id(owner)}}}
+        try:
+            await asyncio.to_thread(lambda: self.client.delete_item(**request))
+        except (ClientError, BotoCoreError) as exc:
+            raise SessionStoreError("erase_connection", None, type(exc).__name__, status_code=503) from exc
 
 
 def record_id(owner: str) -> str:
