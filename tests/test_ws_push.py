@@ -16,6 +16,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 import handlers.api as api
 from picoflow import Flow, ModelSelection, Step, direct, tool
@@ -356,3 +357,19 @@ def test_erasing_the_owner_removes_their_connection_record(desk: Desk) -> None:
     assert api.lambda_handler(event, FakeLambdaContext())["statusCode"] == 200
     assert desk.book().find("alice-1") is None
     assert desk.book().find("bob-2") == Connection("bob-conn", ENDPOINT)
+
+
+def test_a_record_that_cannot_be_written_does_not_refuse_the_connection(
+    desk: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    desk.script()
+
+    def failing(*_: Any) -> None:
+        raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}}, "PutItem")
+
+    monkeypatch.setattr(ConnectionBook, "remember", failing)
+    event = ws_event("CONNECT", "alice-conn", "alice-1")
+    event["headers"] = {"Sec-WebSocket-Protocol": "picoflow, token"}
+    answer = websocket.handle(event, FakeLambdaContext(), desk.owner.client)
+    assert answer == {"statusCode": 200, "headers": {"Sec-WebSocket-Protocol": "picoflow"}}
+    assert desk.book().find("alice-1") is None

@@ -129,14 +129,14 @@ def track(request: Mapping[str, Any]) -> None:
     owner, connection_id = principal_of(request), request.get("connectionId")
     if owner is None or not isinstance(connection_id, str):
         return
-    book = ConnectionBook.of(get_runtime().engine.session_store)
-    if book is None:
-        return
     try:
+        book = ConnectionBook.of(get_runtime().engine.session_store)
+        if book is None:
+            return
         if request.get("eventType") == "CONNECT":
             book.remember(owner, Connection(connection_id, endpoint_of(request)))
         else:
             book.forget(owner, connection_id)
-    except (ClientError, BotoCoreError) as exc:
+    except Exception as exc:  # noqa: BLE001 - an engine that cannot be built, or a table that fails, opens no push
         logger.warning("Could not update the connection record",
                        extra={"eventType": request.get("eventType"), "errorType": type(exc).__name__})
