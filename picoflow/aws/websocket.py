@@ -12,6 +12,10 @@ The caller is authenticated once, when the connection opens: ``$connect``'s auth
 hands the principal to every later message of the connection; ``$connect`` agrees on the ``picoflow``
 subprotocol. A client that disconnects mid-turn does not stop the turn: it commits, and a retry with the same
 ``idempotencyKey`` answers the committed reply in one ``committed`` event.
+
+``$connect`` and ``$disconnect`` keep a record of the principal's newest connection
+(``picoflow.aws.ws_connections``), so that a reviewer's decision on one of their sessions can be followed up on it
+(``picoflow.aws.ws_push``).
 """
 
 from __future__ import annotations
