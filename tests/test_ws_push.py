@@ -9,6 +9,7 @@ owner's next turn; a slow follow-up does not hold the reviewer's answer past its
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from moto import mock_aws
 
 import handlers.api as api
 from picoflow import Flow, ModelSelection, Step, direct, tool
@@ -170,18 +172,30 @@ class Desk:
 
 
 @pytest.fixture
-def desk(moto_dynamodb: DynamoTable, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Desk]:
-    monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
-    monkeypatch.setenv("SESSION_TABLE", moto_dynamodb.name)
-    monkeypatch.setenv("PICOFLOW_FLOWS", f"{desk_flows.__name__},{__name__}")
-    monkeypatch.setenv("PICOFLOW_REVIEWER_GROUP", "reviewers")
-    for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "DYNAMODB_ENDPOINT_URL", "PICOFLOW_PRINCIPAL_CLAIM"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(aws_runtime, "_runtime", None)
-    desk_flows.APPLIED.clear()
-    yield Desk(tmp_path, monkeypatch, moto_dynamodb)
-    if aws_runtime._runtime is not None:
-        aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
+def desk(request: pytest.FixtureRequest, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Desk]:
+    """The deployment on a moto table, or (``"dynamodb_local"``) on DynamoDB Local with moto emulating the rest."""
+    with contextlib.ExitStack() as stack:
+        if getattr(request, "param", "moto") == "dynamodb_local":
+            table: DynamoTable = request.getfixturevalue("dynamodb_local_table")
+            stack.enter_context(mock_aws(config={"core": {"passthrough": {"services": ["dynamodb"]}}}))
+            monkeypatch.setenv("DYNAMODB_ENDPOINT_URL", str(table.endpoint_url))
+        else:
+            table = request.getfixturevalue("moto_dynamodb")
+            monkeypatch.delenv("DYNAMODB_ENDPOINT_URL", raising=False)
+        monkeypatch.setenv("SESSION_STORE", "DYNAMODB")
+        monkeypatch.setenv("SESSION_TABLE", table.name)
+        monkeypatch.setenv("PICOFLOW_FLOWS", f"{desk_flows.__name__},{__name__}")
+        monkeypatch.setenv("PICOFLOW_REVIEWER_GROUP", "reviewers")
+        for name in ("OPENAI_API_KEY", "OPENAI_API_KEY_PARAMETER", "PICOFLOW_PRINCIPAL_CLAIM"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setattr(aws_runtime, "_runtime", None)
+        desk_flows.APPLIED.clear()
+        yield Desk(tmp_path, monkeypatch, table)
+        if aws_runtime._runtime is not None:
+            aws_runtime._runtime.loop.call_soon_threadsafe(aws_runtime._runtime.loop.stop)
+
+
+BOTH_STORES = pytest.mark.parametrize("desk", ["moto", "dynamodb_local"], indirect=True)
 
 
 def payout() -> dict[str, Any]:
@@ -197,6 +211,7 @@ def waiting_payout(desk: Desk) -> tuple[str, str]:
     return final["session"], waiting["id"]
 
 
+@BOTH_STORES
 def test_the_follow_up_is_pushed_once_to_the_owners_connection(desk: Desk) -> None:
     desk.script(payout(), {"content": FOLLOW_UP, "chunk_delay": 0.01}, {"content": "You are welcome."})
     desk.connect()
@@ -213,6 +228,9 @@ def test_the_follow_up_is_pushed_once_to_the_owners_connection(desk: Desk) -> No
     final = pushed[-1]["data"]
     assert final["session"] == session and final["message"] == FOLLOW_UP and "pendingApprovals" not in final
     assert desk.endpoints == [ENDPOINT]
+    # On the table the deployment was given (DynamoDB Local's, in that case): the session and the owner's record.
+    for item_id in (session, record_id("alice-1")):
+        assert desk.table.client.get_item(TableName=desk.table.name, Key={"id": {"S": item_id}}).get("Item")
 
     # A retried decision, keyed or not, runs nothing and pushes nothing.
     assert desk.decide(session, approval) == (200, decided)
@@ -232,6 +250,7 @@ def test_the_follow_up_is_pushed_once_to_the_owners_connection(desk: Desk) -> No
     assert desk.say({"message": "thanks", "session": session})["message"] == "You are welcome."
 
 
+@BOTH_STORES
 def test_a_gone_connection_gets_nothing_and_the_next_turn_brings_the_follow_up(desk: Desk) -> None:
     desk.script(payout(), {"content": FOLLOW_UP})
     desk.connect()
