@@ -177,7 +177,8 @@ def _statements(function) -> list[dict]:
     statements = []
     for policy in function["Policies"]:
         assert isinstance(policy, dict) and "Statement" in policy, "only inline statements, no managed policies"
-        statements.extend(policy["Statement"])
+        # A statement under a condition (Fn::If) is checked as it reads when the condition holds.
+        statements.extend(s["Fn::If"][1] if "Fn::If" in s else s for s in policy["Statement"])
     return statements
 
 

@@ -142,3 +142,14 @@ def test_the_function_may_post_to_its_own_apis_connections_only(resources):
     permission = resources["WebSocketInvokePermission"]["Properties"]
     assert permission["Principal"] == "apigateway.amazonaws.com"
     assert permission["SourceArn"]["Fn::Sub"].endswith(":${WebSocketApi}/*")
+
+
+def test_the_http_function_may_follow_a_decision_up_on_the_websocket_apis_connections_only(template):
+    (statements,) = [policy["Statement"]
+                     for policy in template["Resources"]["ApiFunction"]["Properties"]["Policies"]]
+    [condition, push, absent] = next(s["Fn::If"] for s in statements if "Fn::If" in s)
+    # Only with the WebSocket API, and only its stage's connections: the check that one is open, and the post.
+    assert condition == "HasWebSocketApi" and absent == {"Ref": "AWS::NoValue"}
+    assert push["Action"] == "execute-api:ManageConnections"
+    assert [resource["Fn::Sub"].rsplit(":", 1)[-1] for resource in push["Resource"]] == [
+        "${WebSocketApi}/live/POST/@connections/*", "${WebSocketApi}/live/GET/@connections/*"]

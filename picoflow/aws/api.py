@@ -33,7 +33,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
 from picoflow import RunResponse
-from picoflow.aws import agui_route
+from picoflow.aws import agui_route, ws_push
 from picoflow.aws.cors import cors_config
 from picoflow.aws.deadline import turn_deadline, wait_limit
 from picoflow.aws.erasure import ErasedEnvelope, erase_owner
@@ -276,6 +276,9 @@ def decide_review(request: ReviewRequest, idempotency_key: IdempotencyKeyHeader 
         result = outcome_unknown(request_id, request.session)
     except PicoFlowError as exc:  # the store failed to read the session: its code's fixed sentence
         result = RunResponse.failure(exc, request.session, request_id)
+    else:
+        # The owner's open WebSocket gets the model's follow-up now (bounded; see picoflow.aws.ws_push).
+        ws_push.push_follow_up(runtime, result, stored, request.id, app.lambda_context)
     return turn_response(result)
 
 

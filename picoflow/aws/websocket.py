@@ -12,6 +12,10 @@ The caller is authenticated once, when the connection opens: ``$connect``'s auth
 hands the principal to every later message of the connection; ``$connect`` agrees on the ``picoflow``
 subprotocol. A client that disconnects mid-turn does not stop the turn: it commits, and a retry with the same
 ``idempotencyKey`` answers the committed reply in one ``committed`` event.
+
+``$connect`` and ``$disconnect`` keep a record of the principal's newest connection
+(``picoflow.aws.ws_connections``), so that a reviewer's decision on one of their sessions can be followed up on it
+(``picoflow.aws.ws_push``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from picoflow.aws import ws_authorizer
+from picoflow.aws import ws_authorizer, ws_connections
 from picoflow.aws.deadline import InvocationContext
 from picoflow.aws.observability import logger, metrics, record_turn
 from picoflow.aws.refusals import Refusal, refusal
@@ -54,15 +58,17 @@ def handle(event: Mapping[str, Any], context: InvocationContext | None, client: 
     own endpoint.
     """
     request = event.get("requestContext") or {}
+    if request.get("eventType") in ("CONNECT", "DISCONNECT"):
+        # Where a reviewer's decision can be followed up at once (picoflow.aws.ws_push).
+        ws_connections.track(request)
     if request.get("eventType") == "CONNECT" and ws_authorizer.SUBPROTOCOL in ws_authorizer.offered_protocols(event):
         # Past the authorizer already. A browser that offered subprotocols drops a connection agreeing on none.
         return {**_OK, "headers": {"Sec-WebSocket-Protocol": ws_authorizer.SUBPROTOCOL}}
     if request.get("eventType") != "MESSAGE":
-        # $disconnect needs nothing done.
         return _OK
     deliver = poster(client or management_client(request), str(request.get("connectionId")))
     request_id = str(getattr(context, "aws_request_id", None) or request.get("requestId") or "")
-    caller = (request.get("authorizer") or {}).get(ws_authorizer.PRINCIPAL_KEY) or None
+    caller = ws_connections.principal_of(request)
     turn = read_message(event.get("body"))
     if isinstance(turn, Refusal):
         logger.info("Message refused", extra={"code": turn.code, "statusCode": turn.status_code})
@@ -96,8 +102,8 @@ def read_message(body: Any) -> StreamedTurn | Refusal:
 
 def management_client(request: Mapping[str, Any]) -> Any:
     """An ``apigatewaymanagementapi`` client for the API and stage the event came through."""
-    endpoint = f"https://{request.get('domainName')}/{request.get('stage')}"
-    return boto3.client("apigatewaymanagementapi", endpoint_url=endpoint, config=POST_TIMEOUTS)
+    return boto3.client("apigatewaymanagementapi", endpoint_url=ws_connections.endpoint_of(request),
+                        config=POST_TIMEOUTS)
 
 
 def poster(client: Any, connection_id: str) -> Deliver:
