@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +144,35 @@ def test_the_function_may_post_to_its_own_apis_connections_only(resources):
     permission = resources["WebSocketInvokePermission"]["Properties"]
     assert permission["Principal"] == "apigateway.amazonaws.com"
     assert permission["SourceArn"]["Fn::Sub"].endswith(":${WebSocketApi}/*")
+
+
+def test_a_disabled_websocket_api_builds_placeholders_and_an_enabled_one_this_checkout(
+    template: dict[str, Any], resources: dict[str, Any], tmp_path: Path
+) -> None:
+    # sam build builds (and sam package uploads) every function whatever its Condition: while the API is off, its
+    # functions' code comes from a folder whose Makefile writes a few bytes instead of building the function.
+    mapping = template["Mappings"]["WebSocketCode"]
+    assert mapping == {"true": {"CodeUri": "."}, "false": {"CodeUri": "deploy/placeholder"}}
+    functions = {name: r for name, r in resources.items() if r["Type"] == "AWS::Serverless::Function"}
+    assert set(functions) == {"WebSocketFunction", "WebSocketAuthorizerFunction"}
+    for name, function in functions.items():
+        assert function["Metadata"] == {"BuildMethod": "makefile"}
+        assert function["Properties"]["CodeUri"] == {
+            "Fn::FindInMap": ["WebSocketCode", {"Ref": "EnableWebSocketApi"}, "CodeUri"]}
+        # Each folder's Makefile has the target sam runs for the function (build-<logical id>).
+        enabled = (ROOT / mapping["true"]["CodeUri"] / "Makefile").read_text(encoding="utf-8")
+        assert re.search(rf"^build-{name}:", enabled, re.MULTILINE), name
+        out = tmp_path / name
+        out.mkdir()
+        subprocess.run(["make", "--no-print-directory", f"build-{name}", f"ARTIFACTS_DIR={out}"],
+                       cwd=ROOT / mapping["false"]["CodeUri"], check=True, capture_output=True, timeout=60)
+        built = [path for path in out.rglob("*") if path.is_file()]
+        assert len(built) == 1 and built[0].stat().st_size < 200, built
+    # The placeholder folder holds its Makefile only: nothing else is packaged for a disabled function.
+    assert [path.name for path in (ROOT / mapping["false"]["CodeUri"]).iterdir()] == ["Makefile"]
+
+
+def test_sam_builds_in_this_folder_without_copying_or_checksumming_it() -> None:
+    build = tomllib.loads((ROOT / "samconfig.toml").read_text(encoding="utf-8"))["default"]["build"]["parameters"]
+    assert build["build_in_source"] is True
+    assert build["cached"] is False

@@ -134,6 +134,21 @@ async def test_a_search_turn_is_a_tree_of_the_flow_its_steps_model_calls_and_too
     assert all(span.status.status_code == StatusCode.UNSET for span in mine)
 
 
+async def test_the_mcp_sessions_discovery_nests_under_the_tool_call_that_opened_it(exported) -> None:
+    # The search turn opens HotelFlow's MCP session: the SDK discovers the server (server/discover, or initialize
+    # with an older server) from the task that holds the session open across turns, yet in the turn's trace.
+    _, spans = await search_turn(exported)
+    [root] = [span for span in ours(spans) if span.parent is None]
+    by_id = {span.context.span_id: span for span in spans}
+    discovery = [span for span in spans if span.name in ("MCP send server/discover", "MCP send initialize")]
+    assert discovery, [(span.name, span.parent is None) for span in spans]
+    for span in discovery:
+        assert span.parent is not None and span.context.trace_id == root.context.trace_id
+        assert by_id[span.parent.span_id].name == "execute_tool capture_choices"
+    # No span of the turn starts a trace of its own.
+    assert [span.name for span in spans if span.parent is None] == [root.name]
+
+
 @pytest.mark.parametrize("opted_in", [False, True])
 async def test_messages_and_tool_arguments_reach_spans_only_when_the_operator_opts_in(
     exported, monkeypatch: pytest.MonkeyPatch, opted_in: bool
