@@ -153,6 +153,10 @@ def test_the_sam_template_deploys_the_handler_and_a_retained_sessions_table(proj
     samconfig = tomllib.loads((project / "samconfig.toml").read_text())["default"]
     assert samconfig["global"]["parameters"]["stack_name"] == "travel-desk"
     assert samconfig["local_invoke"]["parameters"]["env_vars"] == "events/env.json"
+    # sam builds in the project's folder, as in the repository: no copy of its .venv, no checksum of it.
+    repository = tomllib.loads((Path(__file__).resolve().parents[1] / "samconfig.toml").read_text())["default"]
+    assert samconfig["build"]["parameters"] == repository["build"]["parameters"]
+    assert samconfig["build"]["parameters"]["build_in_source"] is True
 
 
 def test_the_generated_template_passes_cfn_lint(project: Path) -> None:

@@ -155,6 +155,7 @@ def test_a_disabled_websocket_api_builds_placeholders_and_an_enabled_one_this_ch
     assert mapping == {"true": {"CodeUri": "."}, "false": {"CodeUri": "deploy/placeholder"}}
     functions = {name: r for name, r in resources.items() if r["Type"] == "AWS::Serverless::Function"}
     assert set(functions) == {"WebSocketFunction", "WebSocketAuthorizerFunction"}
+    sizes: dict[str, int] = {}
     for name, function in functions.items():
         assert function["Metadata"] == {"BuildMethod": "makefile"}
         assert function["Properties"]["CodeUri"] == {
@@ -168,8 +169,16 @@ def test_a_disabled_websocket_api_builds_placeholders_and_an_enabled_one_this_ch
                        cwd=ROOT / mapping["false"]["CodeUri"], check=True, capture_output=True, timeout=60)
         built = [path for path in out.rglob("*") if path.is_file()]
         assert len(built) == 1 and built[0].stat().st_size < 200, built
+        sizes[name] = built[0].stat().st_size
     # The placeholder folder holds its Makefile only: nothing else is packaged for a disabled function.
     assert [path.name for path in (ROOT / mapping["false"]["CodeUri"]).iterdir()] == ["Makefile"]
+    # The production page's measured sam build states these sizes, and the function's as the deploy page does.
+    production = (ROOT / "docs" / "operating" / "production.md").read_text(encoding="utf-8")
+    deploy = (ROOT / "docs" / "get-started" / "deploy.md").read_text(encoding="utf-8")
+    measured = re.search(r"measured ([\d.]+) MB unzipped", deploy)
+    assert measured is not None
+    stated = f"| {measured[1]} MB, {sizes['WebSocketFunction']} B and {sizes['WebSocketAuthorizerFunction']} B |"
+    assert stated in production
 
 
 def test_sam_builds_in_this_folder_without_copying_or_checksumming_it() -> None:
