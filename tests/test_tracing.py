@@ -6,6 +6,8 @@ them from an in-memory exporter of its own.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import hashlib
 import json
 from collections.abc import Iterator
@@ -27,7 +29,7 @@ from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.results import RunResponse
 from picoflow.stores import MemorySessionStore
-from picoflow.telemetry import CAPTURE_CONTENT_ENV
+from picoflow.telemetry import CAPTURE_CONTENT_ENV, trace_only_context
 from picoflow.transitions import TOOL_VALIDATED
 from tests.support.engine import call, scripted_engine, text
 from tests.test_decision import SupportFlow, answers, decision_engine
@@ -235,3 +237,17 @@ async def test_a_decision_is_a_decision_model_call_and_its_route_marks_the_step(
     assert decision.attributes["gen_ai.provider.name"] == "decider"
     [specialist] = [span for span in spans if span.name == "invoke_agent SpecialistStep"]
     assert [span.attributes["picoflow.call.purpose"] for span in children(spans, specialist)] == ["chat"]
+
+
+async def test_a_task_started_in_a_trace_only_context_keeps_the_trace_and_nothing_else(exported) -> None:
+    # What an MCP session's holding task starts in: the opener's span stays its parent, while the opener's other
+    # context variables (a turn's deadline among them) do not follow it.
+    other: contextvars.ContextVar[str | None] = contextvars.ContextVar("other", default=None)
+    other.set("the turn's")
+    with trace.get_tracer("test").start_as_current_span("opener") as opener:
+        seen = await asyncio.create_task(_current_and_other(other), context=trace_only_context())
+    assert seen == (opener.get_span_context().span_id, None)
+
+
+async def _current_and_other(other: contextvars.ContextVar[str | None]) -> tuple[int, str | None]:
+    return trace.get_current_span().get_span_context().span_id, other.get()
