@@ -57,14 +57,16 @@ test: lint typecheck chromium
 	$(PY) -m pytest -v
 
 # The Lambda function's code. `sam build` runs this target (template.yaml: BuildMethod makefile) with
-# ARTIFACTS_DIR set; it also runs on its own: ARTIFACTS_DIR=/tmp/function make build-ApiFunction.
+# ARTIFACTS_DIR set, in this checkout (samconfig.toml: build_in_source), so that nothing of it is copied first;
+# it also runs on its own: ARTIFACTS_DIR=/tmp/function make build-ApiFunction.
 # It installs requirements.txt, the lock `make lock` compiles from pyproject.toml (every package pinned and
 # hashed, checked with --require-hashes), as wheels for the function's runtime and architecture (so any host
-# can build it, no python3.12 needed), then the picoflow library from this checkout, and copies the example
-# application, handlers/ and flows/, and the model script events/env.json names for `sam local invoke`;
-# nothing else of the repository ships. build/ goes first, as setuptools would pack whatever an earlier build
-# left in build/lib into the library's wheel. LAMBDA_PYTHON and LAMBDA_PLATFORMS name the runtime the wheels
-# are for: set them to this host's to run the built folder here (tests/test_function_build.py does).
+# can build it, no python3.12 needed), then the picoflow library, and copies the example application,
+# handlers/ and flows/, and the model script events/env.json names for `sam local invoke`; nothing else of the
+# repository ships. The library is built from a copy of its sources in a folder of its own: setuptools writes
+# build/ where it builds, and the checkout stays untouched even when sam builds several functions at once.
+# LAMBDA_PYTHON and LAMBDA_PLATFORMS name the runtime the wheels are for: set them to this host's to run the
+# built folder here (tests/test_function_build.py does).
 LAMBDA_PYTHON ?= 3.12
 LAMBDA_PLATFORMS ?= manylinux2014_aarch64 manylinux_2_28_aarch64
 BUILD_PY ?= python3
@@ -81,14 +83,15 @@ LOCK_EXTRAS ?=
 
 build-ApiFunction:
 	@test -n "$(ARTIFACTS_DIR)" || { echo "ARTIFACTS_DIR is not set" >&2; exit 2; }
-	rm -rf build
 	$(BUILD_PY) -m pip install --quiet --disable-pip-version-check --no-compile --upgrade \
 		--target "$(ARTIFACTS_DIR)" --require-hashes --no-deps \
 		--implementation cp --python-version $(LAMBDA_PYTHON) --only-binary=:all: \
 		$(addprefix --platform ,$(LAMBDA_PLATFORMS)) -r requirements.txt
-	$(BUILD_PY) -m pip install --quiet --disable-pip-version-check --no-compile --upgrade --no-deps \
-		--target "$(ARTIFACTS_DIR)" .
-	rm -rf build "$(ARTIFACTS_DIR)/bin"
+	library=$$(mktemp -d) && trap 'rm -rf "$$library"' EXIT && \
+		tar -cf - --exclude=__pycache__ pyproject.toml README.md LICENSE picoflow | tar -xf - -C "$$library" && \
+		$(BUILD_PY) -m pip install --quiet --disable-pip-version-check --no-compile --upgrade --no-deps \
+			--target "$(ARTIFACTS_DIR)" "$$library"
+	rm -rf "$(ARTIFACTS_DIR)/bin"
 	cp -R handlers flows "$(ARTIFACTS_DIR)/"
 	mkdir -p "$(ARTIFACTS_DIR)/events" && cp events/script.json "$(ARTIFACTS_DIR)/events/"
 	find "$(ARTIFACTS_DIR)/handlers" "$(ARTIFACTS_DIR)/flows" -name __pycache__ -prune -exec rm -rf {} +
@@ -101,8 +104,9 @@ lock: $(STAMP)
 		$(addprefix --extra ,$(LOCK_EXTRAS)) $(addprefix --no-emit-package ,$(LOCK_LEFT_OUT)) \
 		--output-file requirements.txt
 
-# The WebSocket API's functions (template parameter EnableWebSocketApi), its turns and its connect authorizer, ship
-# the same code.
+# The WebSocket API's functions, its turns and its connect authorizer, ship the same code. sam builds them from
+# this checkout only when EnableWebSocketApi is true; otherwise their CodeUri is deploy/placeholder/ (template.yaml,
+# mapping WebSocketCode), whose own Makefile writes a placeholder of a few bytes instead.
 build-WebSocketFunction: build-ApiFunction
 build-WebSocketAuthorizerFunction: build-ApiFunction
 

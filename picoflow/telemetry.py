@@ -104,6 +104,18 @@ def capture_content() -> bool:
     return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
 
 
+def trace_only_context() -> contextvars.Context:
+    """A fresh context holding nothing but the current trace context, for a task that outlives its starter.
+
+    Such a task (an MCP session held open across turns) must not inherit the starter's other context variables,
+    a turn's deadline among them; its spans still join the starter's trace, under the span current at the start,
+    rather than each becoming the root of a trace of its own.
+    """
+    fresh = contextvars.Context()
+    fresh.run(otel_context.attach, otel_context.get_current())
+    return fresh
+
+
 def provider_name(provider: str) -> str:
     """``gen_ai.provider.name`` for a selection's provider."""
     return _PROVIDER_NAMES.get(provider, provider)

@@ -330,6 +330,15 @@ def test_the_function_ships_the_application_and_its_requirements_only(artifact: 
     assert size < LAMBDA_UNZIPPED_LIMIT, f"{size / 1e6:.0f} MB unzipped"
 
 
+def test_the_build_writes_nothing_into_the_checkout(artifact: Path) -> None:
+    # sam runs the target in the checkout itself (samconfig.toml: build_in_source), for several functions at once:
+    # the library is built from a copy, so no build/ or metadata of it lands here, and what was there stays.
+    checkout = artifact.parent / "checkout"
+    assert not list(checkout.glob("*.egg-info"))
+    assert sorted(path.relative_to(checkout).as_posix() for path in (checkout / "build").rglob("*")) == [
+        "build/lib", "build/lib/handlers", "build/lib/handlers/stale.py"]
+
+
 def test_the_function_stays_lean(artifact: Path, tmp_path: Path) -> None:
     # Measured at 75.8 MB unzipped and 22.3 MB zipped (docs/get-started/deploy.md); a new dependency that
     # grows the function by a tenth fails here, so its size is a decision rather than an accident.

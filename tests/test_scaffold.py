@@ -137,7 +137,10 @@ def test_the_sam_template_deploys_the_handler_and_a_retained_sessions_table(proj
     props = function["Properties"]
     assert props["Handler"] == "handlers.api.lambda_handler"
     assert props["Environment"]["Variables"]["PICOFLOW_FLOWS"] == "flows"
-    table = resources[props["Environment"]["Variables"]["SESSION_TABLE"]["Ref"]]
+    # The stack's own table, unless RestoredTableName names a restored one.
+    condition, restored, own = props["Environment"]["Variables"]["SESSION_TABLE"]["Fn::If"]
+    assert (condition, restored) == ("HasRestoredTable", {"Ref": "RestoredTableName"})
+    table = resources[own["Ref"]]
     assert table["Type"] == "AWS::DynamoDB::Table"
     assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Retain"
     assert table["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "expiresAt", "Enabled": True}
@@ -150,6 +153,10 @@ def test_the_sam_template_deploys_the_handler_and_a_retained_sessions_table(proj
     samconfig = tomllib.loads((project / "samconfig.toml").read_text())["default"]
     assert samconfig["global"]["parameters"]["stack_name"] == "travel-desk"
     assert samconfig["local_invoke"]["parameters"]["env_vars"] == "events/env.json"
+    # sam builds in the project's folder, as in the repository: no copy of its .venv, no checksum of it.
+    repository = tomllib.loads((Path(__file__).resolve().parents[1] / "samconfig.toml").read_text())["default"]
+    assert samconfig["build"]["parameters"] == repository["build"]["parameters"]
+    assert samconfig["build"]["parameters"]["build_in_source"] is True
 
 
 def test_the_generated_template_passes_cfn_lint(project: Path) -> None:
@@ -465,26 +472,67 @@ def test_the_sample_event_runs_through_the_handler_as_sam_local_would(walkthroug
     assert json.loads(response["body"])["message"] == script[0]["content"]
 
 
+# What the repository's template has and a new project's deliberately has not (docs/operating/production.md names
+# each): the bundled examples' settings (their flow modules, the hotel MCP server, a Bedrock model), the files
+# bucket, CORS, SnapStart and the WebSocket API with its alarms.
+LEFT_OUT_PARAMETERS = {
+    "FlowsModule", "HotelMcpUrl", "HotelMcpAuthorizationParameterName", "BedrockModelId", "FileRetentionDays",
+    "CorsAllowOrigins", "CorsMaxAgeSeconds", "EnableSnapStart", "EnableWebSocketApi", "AllowAnonymousWebSocket",
+    "EnableWebSocketAccessLogs", "WebSocketMemorySize", "WebSocketTimeout", "WebSocketReservedConcurrency",
+}
+LEFT_OUT_ALARMS = {
+    "WebSocketApiErrorsAlarm", "WebSocketFunctionErrorsAlarm", "WebSocketFunctionThrottlesAlarm",
+    "WebSocketFunctionDurationAlarm",
+}
+
+
 def test_the_generated_template_matches_the_repositorys_for_production(project: Path) -> None:
     main = cfn_yaml.load(str(Path(__file__).resolve().parents[1] / "template.yaml"))
     generated = cfn_yaml.load(str(project / "template.yaml"))
     assert generated["Transform"] == main["Transform"]
-    for name in ("MemorySize", "Timeout", "ReservedConcurrency", "AlarmTopicArn", "JwtIssuer", "JwtAudience"):
-        assert generated["Parameters"][name] == main["Parameters"][name], name
-    for name in ("HasJwtAuthorizer", "HasReservedConcurrency", "HasAlarmTopic"):
-        assert generated["Conditions"][name] == main["Conditions"][name], name
+    # Every parameter but the deliberate subset, each with the repository's type, default and constraints (the
+    # descriptions may point to PicoFlow's pages instead of the repository's files; the key's name is the project's).
+    assert set(main["Parameters"]) - set(generated["Parameters"]) == LEFT_OUT_PARAMETERS
+    assert set(generated["Parameters"]) <= set(main["Parameters"])
+    for name, parameter in generated["Parameters"].items():
+        if name != "OpenAIKeyParameterName":
+            assert {k: v for k, v in parameter.items() if k != "Description"} == {
+                k: v for k, v in main["Parameters"][name].items() if k != "Description"}, name
+    for name, condition in generated["Conditions"].items():
+        assert condition == main["Conditions"][name], name
+    assert {"HasAlarmTopic", "HasKmsKey", "HasRestoredTable", "HasReservedConcurrency"} <= set(generated["Conditions"])
     assert generated["Rules"]["JwtSettingsComeTogether"] == main["Rules"]["JwtSettingsComeTogether"]
 
     def alarms(template: dict) -> dict:
-        # The repository's template can watch a restored table instead of its own (RestoredTableName).
-        text = json.dumps({k: v for k, v in template["Resources"].items() if v["Type"] == "AWS::CloudWatch::Alarm"})
-        own = '{"Ref": "SessionsTable"}'
-        restored = '{"Fn::If": ["HasRestoredTable", {"Ref": "RestoredTableName"}, ' + own + "]}"
-        return json.loads(text.replace(restored, own))
+        # Descriptions aside: the repository's may speak of its WebSocket API as well.
+        return {name: {**r, "Properties": {k: v for k, v in r["Properties"].items() if k != "AlarmDescription"}}
+                for name, r in template["Resources"].items() if r["Type"] == "AWS::CloudWatch::Alarm"}
 
-    # The project's template has the HTTP path's alarms, each as the repository's; the repository's adds the
-    # turn, spend and WebSocket alarms, which read resources and parameters a new project does not have yet.
-    assert alarms(generated) and all(alarm == alarms(main)[name] for name, alarm in alarms(generated).items())
+    # Every alarm of the HTTP path, turns, spend, 429s and the table, each as the repository's; only the WebSocket
+    # API's are missing.
+    assert set(alarms(main)) - set(alarms(generated)) == LEFT_OUT_ALARMS
+    assert all(alarm == alarms(main)[name] for name, alarm in alarms(generated).items())
+    assert generated["Resources"]["ApiThrottledRequestsMetric"] == main["Resources"]["ApiThrottledRequestsMetric"]
+    assert generated["Resources"]["KeyDecryptPolicy"]["Condition"] == "HasKmsKey"
+    assert generated["Resources"]["KeyDecryptPolicy"]["Properties"]["PolicyDocument"] == (
+        main["Resources"]["KeyDecryptPolicy"]["Properties"]["PolicyDocument"])
+
+    # The dashboard is the repository's without the WebSocket API's lines.
+    def widgets(template: dict) -> list[dict]:
+        body, _ = template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+        parsed: list[dict] = json.loads(body)["widgets"]
+        for properties in (widget["properties"] for widget in parsed if "metrics" in widget["properties"]):
+            properties["metrics"] = [row for row in properties["metrics"] if "WebSocket" not in json.dumps(row)]
+        return parsed
+
+    assert widgets(generated) == widgets(main)
+    _, variables = generated["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    assert variables == {"SessionsTableInUse": main["Resources"]["Dashboard"]["Properties"]["DashboardBody"][
+        "Fn::Sub"][1]["SessionsTableInUse"]}
+    assert "DashboardUrl" in generated["Outputs"]
+    # The production page names every parameter a project leaves out.
+    page = (Path(__file__).resolve().parents[1] / "docs" / "operating" / "production.md").read_text(encoding="utf-8")
+    assert all(f"`{name}`" in page for name in LEFT_OUT_PARAMETERS)
 
     def function(template: dict) -> dict:
         # The HTTP API's function; the repository's template may also hold the WebSocket API's.
@@ -511,3 +559,22 @@ def test_the_generated_template_matches_the_repositorys_for_production(project: 
 
     assert api(generated)["Auth"] == api(main)["Auth"]
     assert api(generated)["AccessLogSettings"] == api(main)["AccessLogSettings"]
+    assert api(generated)["DefaultRouteSettings"] == api(main)["DefaultRouteSettings"]
+
+    # What the parameters and alarms rely on reaches the function as in the repository's: the metrics' namespace,
+    # the key's max age, the reviewer group, a restored table, and the routes and grants of reviews and erasure.
+    variables = function(generated)["Environment"]["Variables"]
+    for name in ("SESSION_TABLE", "PICOFLOW_REVIEWER_GROUP", "PICOFLOW_PARAMETER_MAX_AGE",
+                 "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", "OPENAI_API_KEY_PARAMETER"):
+        assert variables[name] == function(main)["Environment"]["Variables"][name], name
+
+    def statements(template: dict) -> dict:
+        # An action may be written alone or in a list of one.
+        return {statement["Sid"]: {**statement, "Action": sorted(statement["Action"]) if isinstance(
+                    statement["Action"], list) else [statement["Action"]]}
+                for statement in function(template)["Policies"][0]["Statement"]}
+
+    for sid in ("SessionItems", "PendingReviews", "OwnerIndex", "ReadOpenAIKey"):
+        assert statements(generated)[sid] == statements(main)[sid], sid
+    for event in ("Run", "End", "Flows", "Health", "Review", "Reviews", "EraseMe"):
+        assert function(generated)["Events"][event] == function(main)["Events"][event], event

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +155,44 @@ def test_the_http_function_may_follow_a_decision_up_on_the_websocket_apis_connec
     assert push["Action"] == "execute-api:ManageConnections"
     assert [resource["Fn::Sub"].rsplit(":", 1)[-1] for resource in push["Resource"]] == [
         "${WebSocketApi}/live/POST/@connections/*", "${WebSocketApi}/live/GET/@connections/*"]
+
+
+def test_a_disabled_websocket_api_builds_placeholders_and_an_enabled_one_this_checkout(
+    template: dict[str, Any], resources: dict[str, Any], tmp_path: Path
+) -> None:
+    # sam build builds (and sam package uploads) every function whatever its Condition: while the API is off, its
+    # functions' code comes from a folder whose Makefile writes a few bytes instead of building the function.
+    mapping = template["Mappings"]["WebSocketCode"]
+    assert mapping == {"true": {"CodeUri": "."}, "false": {"CodeUri": "deploy/placeholder"}}
+    functions = {name: r for name, r in resources.items() if r["Type"] == "AWS::Serverless::Function"}
+    assert set(functions) == {"WebSocketFunction", "WebSocketAuthorizerFunction"}
+    sizes: dict[str, int] = {}
+    for name, function in functions.items():
+        assert function["Metadata"] == {"BuildMethod": "makefile"}
+        assert function["Properties"]["CodeUri"] == {
+            "Fn::FindInMap": ["WebSocketCode", {"Ref": "EnableWebSocketApi"}, "CodeUri"]}
+        # Each folder's Makefile has the target sam runs for the function (build-<logical id>).
+        enabled = (ROOT / mapping["true"]["CodeUri"] / "Makefile").read_text(encoding="utf-8")
+        assert re.search(rf"^build-{name}:", enabled, re.MULTILINE), name
+        out = tmp_path / name
+        out.mkdir()
+        subprocess.run(["make", "--no-print-directory", f"build-{name}", f"ARTIFACTS_DIR={out}"],
+                       cwd=ROOT / mapping["false"]["CodeUri"], check=True, capture_output=True, timeout=60)
+        built = [path for path in out.rglob("*") if path.is_file()]
+        assert len(built) == 1 and built[0].stat().st_size < 200, built
+        sizes[name] = built[0].stat().st_size
+    # The placeholder folder holds its Makefile only: nothing else is packaged for a disabled function.
+    assert [path.name for path in (ROOT / mapping["false"]["CodeUri"]).iterdir()] == ["Makefile"]
+    # The production page's measured sam build states these sizes, and the function's as the deploy page does.
+    production = (ROOT / "docs" / "operating" / "production.md").read_text(encoding="utf-8")
+    deploy = (ROOT / "docs" / "get-started" / "deploy.md").read_text(encoding="utf-8")
+    measured = re.search(r"measured ([\d.]+) MB unzipped", deploy)
+    assert measured is not None
+    stated = f"| {measured[1]} MB, {sizes['WebSocketFunction']} B and {sizes['WebSocketAuthorizerFunction']} B |"
+    assert stated in production
+
+
+def test_sam_builds_in_this_folder_without_copying_or_checksumming_it() -> None:
+    build = tomllib.loads((ROOT / "samconfig.toml").read_text(encoding="utf-8"))["default"]["build"]["parameters"]
+    assert build["build_in_source"] is True
+    assert build["cached"] is False

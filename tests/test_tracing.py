@@ -6,6 +6,8 @@ them from an in-memory exporter of its own.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import hashlib
 import json
 from collections.abc import Iterator
@@ -27,7 +29,7 @@ from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.results import RunResponse
 from picoflow.stores import MemorySessionStore
-from picoflow.telemetry import CAPTURE_CONTENT_ENV
+from picoflow.telemetry import CAPTURE_CONTENT_ENV, trace_only_context
 from picoflow.transitions import TOOL_VALIDATED
 from tests.support.engine import call, scripted_engine, text
 from tests.test_decision import SupportFlow, answers, decision_engine
@@ -134,6 +136,21 @@ async def test_a_search_turn_is_a_tree_of_the_flow_its_steps_model_calls_and_too
     assert all(span.status.status_code == StatusCode.UNSET for span in mine)
 
 
+async def test_the_mcp_sessions_discovery_nests_under_the_tool_call_that_opened_it(exported) -> None:
+    # The search turn opens HotelFlow's MCP session: the SDK discovers the server (server/discover, or initialize
+    # with an older server) from the task that holds the session open across turns, yet in the turn's trace.
+    _, spans = await search_turn(exported)
+    [root] = [span for span in ours(spans) if span.parent is None]
+    by_id = {span.context.span_id: span for span in spans}
+    discovery = [span for span in spans if span.name in ("MCP send server/discover", "MCP send initialize")]
+    assert discovery, [(span.name, span.parent is None) for span in spans]
+    for span in discovery:
+        assert span.parent is not None and span.context.trace_id == root.context.trace_id
+        assert by_id[span.parent.span_id].name == "execute_tool capture_choices"
+    # No span of the turn starts a trace of its own.
+    assert [span.name for span in spans if span.parent is None] == [root.name]
+
+
 @pytest.mark.parametrize("opted_in", [False, True])
 async def test_messages_and_tool_arguments_reach_spans_only_when_the_operator_opts_in(
     exported, monkeypatch: pytest.MonkeyPatch, opted_in: bool
@@ -220,3 +237,17 @@ async def test_a_decision_is_a_decision_model_call_and_its_route_marks_the_step(
     assert decision.attributes["gen_ai.provider.name"] == "decider"
     [specialist] = [span for span in spans if span.name == "invoke_agent SpecialistStep"]
     assert [span.attributes["picoflow.call.purpose"] for span in children(spans, specialist)] == ["chat"]
+
+
+async def test_a_task_started_in_a_trace_only_context_keeps_the_trace_and_nothing_else(exported) -> None:
+    # What an MCP session's holding task starts in: the opener's span stays its parent, while the opener's other
+    # context variables (a turn's deadline among them) do not follow it.
+    other: contextvars.ContextVar[str | None] = contextvars.ContextVar("other", default=None)
+    other.set("the turn's")
+    with trace.get_tracer("test").start_as_current_span("opener") as opener:
+        seen = await asyncio.create_task(_current_and_other(other), context=trace_only_context())
+    assert seen == (opener.get_span_context().span_id, None)
+
+
+async def _current_and_other(other: contextvars.ContextVar[str | None]) -> tuple[int, str | None]:
+    return trace.get_current_span().get_span_context().span_id, other.get()

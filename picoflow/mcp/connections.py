@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import json
 import time
@@ -20,6 +19,7 @@ from picoflow.deadline import time_left
 from picoflow.logger import library_log
 from picoflow.mcp.specs import DEADLINE_RESERVE_SECONDS, MCPServerSpec, MCPToolResult, MCPUnavailableError
 from picoflow.mcp.transport import ReadLimit, bounded_http_client, bounded_stdio
+from picoflow.telemetry import trace_only_context
 
 if TYPE_CHECKING:
     from mcp.client import Client
@@ -43,8 +43,9 @@ class _Connection:
         self.limit = ReadLimit(spec.max_result_bytes)
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
-        # A fresh context: the session outlives the turn that opened it and must not carry its deadline.
-        self.task = asyncio.create_task(self._hold(), name=f"picoflow-mcp-{spec.name}", context=contextvars.Context())
+        # A fresh context: the session outlives the turn that opened it and must not carry its deadline. It keeps the
+        # trace context, so the SDK's server/discover span nests under the span that opened the session.
+        self.task = asyncio.create_task(self._hold(), name=f"picoflow-mcp-{spec.name}", context=trace_only_context())
 
     async def _hold(self) -> None:
         try:
