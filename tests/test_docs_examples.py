@@ -148,9 +148,10 @@ def _write_file(folder: Path, block: Block, where: str) -> Path:
         check(json.loads(text))
     elif path.suffix == ".py":
         compile(text, where, "exec", dont_inherit=True)
-        # A page may rewrite a module it saved before: the next import reads the new text.
-        module = ".".join(path.relative_to(folder).with_suffix("").parts)
-        for name in [name for name in sys.modules if name == module or name.startswith(f"{module}.")]:
+        # A page may rewrite a module it saved before: the next import reads the new text. The whole package
+        # is forgotten, as a fresh interpreter would have it, so its __init__ imports the new module too.
+        top = path.relative_to(folder).with_suffix("").parts[0]
+        for name in [name for name in sys.modules if name == top or name.startswith(f"{top}.")]:
             del sys.modules[name]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")

@@ -30,6 +30,8 @@ TRACKS = {
     "get-started": DOCS / "get-started",
     "basic": DOCS / "tutorials" / "basic",
 }
+#: Where a track's finished files are kept as a package the site includes; the reader's folder must end equal to it.
+FINISHED = {"basic": ("signup", DOCS / "tutorials" / "basic")}
 _MARK = "@@block-done@@"
 _IMPORT_FROM_REPO = re.compile(r"^\s*(?:from|import)\s+(?:docs|flows|handlers|tests)\b", re.MULTILINE)
 
@@ -151,3 +153,14 @@ def test_the_track_runs_in_a_folder_of_ones_own(track: str, tmp_path: Path) -> N
     saved = {block.title for page in pages for block in blocks(page)
              if block.title and re.match(r"^[\w./-]+\.\w+$", block.title)}
     assert written == saved
+    if track in FINISHED:
+        package, source = FINISHED[track]
+        # Built page by page, the reader's package ends as the finished one: same files, same text.
+        finished = {path.relative_to(source).as_posix(): path.read_text(encoding="utf-8")
+                    for path in source.rglob("*") if path.is_file() and "__pycache__" not in path.parts
+                    and not (path.suffix == ".md" and path.parent == source)}
+        built = {path.relative_to(folder / package).as_posix(): path.read_text(encoding="utf-8")
+                 for path in (folder / package).rglob("*") if path.is_file() and "__pycache__" not in path.parts}
+        assert sorted(built) == sorted(finished)
+        for name, text in finished.items():
+            assert built[name] == text, f"{package}/{name} as the pages leave it differs from {source / name}"
