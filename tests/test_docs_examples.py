@@ -61,6 +61,8 @@ COUNTS: Counter[str] = Counter()
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)(?P<attrs>[^\n]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
                     re.DOTALL | re.MULTILINE)
 _TITLE = re.compile(r'title="(?P<title>[^"]*)"')
+# A section marker line in an included file; pymdownx.snippets leaves it out of the page.
+_MARKER = re.compile(r"^[ \t]*# --8<-- \[(?:start|end):[\w-]+\][ \t]*$")
 _SNIPPET = re.compile(r'^--8<-- "(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"$')
 
 
@@ -141,7 +143,7 @@ def _write_file(folder: Path, block: Block, where: str) -> Path:
     assert block.title is not None
     path = folder / block.title
     snippets = _snippet_lines(block.body)
-    text = "".join(_section(m["path"], m["section"]) for m in snippets) if snippets else block.body
+    text = "".join(shown_text(m["path"], m["section"]) for m in snippets) if snippets else block.body
     if path.suffix == ".json":
         check = FILE_KINDS.get(path.name)
         assert check is not None, f"{where}: a json file block is one of {sorted(FILE_KINDS)}"
@@ -189,13 +191,14 @@ def save_earlier_files(page: Path, folder: Path) -> None:
                 _write_file(folder, block, f"{earlier.name}:{block.line}")
 
 
-def _section(path: str, section: str | None) -> str:
+def shown_text(path: str, section: str | None) -> str:
+    """What a ``--8<-- "path:section"`` line shows on the built page: the text without section markers."""
     source = (ROOT / path).read_text(encoding="utf-8")
-    if section is None:
-        return source
-    start, end = f"# --8<-- [start:{section}]\n", f"# --8<-- [end:{section}]"
-    assert start in source and end in source, f"{path} has no section {section!r}"
-    return source.split(start, 1)[1].split(end, 1)[0]
+    if section is not None:
+        start, end = f"# --8<-- [start:{section}]\n", f"# --8<-- [end:{section}]"
+        assert start in source and end in source, f"{path} has no section {section!r}"
+        source = source.split(start, 1)[1].split(end, 1)[0]
+    return "".join(line for line in source.splitlines(keepends=True) if not _MARKER.match(line))
 
 
 def _snippet_lines(body: str) -> list[re.Match[str]] | None:
@@ -239,7 +242,7 @@ def run_page(page: Path, folder: Path | None = None) -> Counter[str]:
                 check = JSON_KINDS.get(block.title or "") or FILE_KINDS.get(named or "")
                 assert check is not None, f"{where}: a json block needs a title among {sorted(JSON_KINDS)}"
                 snippets = _snippet_lines(block.body)
-                text = "".join(_section(m["path"], m["section"]) for m in snippets) if snippets else block.body
+                text = "".join(shown_text(m["path"], m["section"]) for m in snippets) if snippets else block.body
                 check(json.loads(text))
                 counts["json"] += 1
                 continue
@@ -249,7 +252,7 @@ def run_page(page: Path, folder: Path | None = None) -> Counter[str]:
                 snippets = _snippet_lines(block.body)
                 if snippets:
                     for match in snippets:
-                        _compile(textwrap.dedent(_section(match["path"], match["section"])), where)
+                        _compile(textwrap.dedent(shown_text(match["path"], match["section"])), where)
                     counts["included"] += 1
                     continue
                 code = _compile(block.body, where)

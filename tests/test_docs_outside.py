@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_docs_examples import DOCS, ROOT, Block, _snippet_lines, blocks, nav_pages
+from tests.test_docs_examples import DOCS, ROOT, Block, _snippet_lines, blocks, nav_pages, shown_text
 
 #: The folders of pages that promise to run outside the repository; each runs in reading order in one folder.
 TRACKS = {
@@ -156,7 +156,8 @@ def test_the_track_runs_in_a_folder_of_ones_own(track: str, tmp_path: Path) -> N
     if track in FINISHED:
         package, source = FINISHED[track]
         # Built page by page, the reader's package ends as the finished one: same files, same text.
-        finished = {path.relative_to(source).as_posix(): path.read_text(encoding="utf-8")
+        # The finished files as the site shows them (without the section markers the pages include parts by).
+        finished = {path.relative_to(source).as_posix(): shown_text(path.relative_to(ROOT).as_posix(), None)
                     for path in source.rglob("*") if path.is_file() and "__pycache__" not in path.parts
                     and not (path.suffix == ".md" and path.parent == source)}
         built = {path.relative_to(folder / package).as_posix(): path.read_text(encoding="utf-8")
