@@ -29,9 +29,13 @@ from tests.test_docs_examples import DOCS, ROOT, Block, _snippet_lines, blocks, 
 TRACKS = {
     "get-started": DOCS / "get-started",
     "basic": DOCS / "tutorials" / "basic",
+    "support": DOCS / "tutorials" / "support",
 }
 #: Where a track's finished files are kept as a package the site includes; the reader's folder must end equal to it.
-FINISHED = {"basic": ("signup", DOCS / "tutorials" / "basic")}
+FINISHED = {
+    "basic": ("signup", DOCS / "tutorials" / "basic"),
+    "support": ("support", DOCS / "tutorials" / "support"),
+}
 _MARK = "@@block-done@@"
 _IMPORT_FROM_REPO = re.compile(r"^\s*(?:from|import)\s+(?:docs|flows|handlers|tests)\b", re.MULTILINE)
 
@@ -147,6 +151,9 @@ def test_the_track_runs_in_a_folder_of_ones_own(track: str, tmp_path: Path) -> N
         shell_blocks += _run_shell_blocks(page, folder, env, home)
     if track == "get-started":
         assert shell_blocks == 6
+    if track == "basic":
+        # The opening page counts the parts in words: an index page and eighteen parts.
+        assert "Over eighteen short parts" in pages[0].read_text(encoding="utf-8") and len(pages) == 1 + 18
     # Only what the pages told the reader to save: nothing else is written into their folder.
     written = {path.relative_to(folder).as_posix() for path in folder.rglob("*")
                if path.is_file() and "__pycache__" not in path.parts}

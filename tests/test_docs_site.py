@@ -66,6 +66,16 @@ def test_the_build_says_nothing_but_the_themes_notice(build_output: tuple[Path, 
     assert len(others) == 3, others
 
 
+def test_the_layout_page_names_the_pins_pyproject_makes() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    page = " ".join((ROOT / "docs" / "concepts" / "layout.md").read_text(encoding="utf-8").split())
+    for requirement in extras["docs"]:
+        name, pins = re.match(r"^([\w-]+)(?:\[\w+\])?(.*)$", requirement).groups()  # type: ignore[union-attr]
+        assert f"`{pins}`" in page, f"docs/concepts/layout.md does not name {name}'s pins {pins}"
+
+
 def test_the_site_builds_strictly_with_every_section(site: Path) -> None:
     for page in ("index.html", "get-started/first-flow/index.html", "tutorials/basic/18-testing/index.html",
                  "tutorials/hotel/index.html", "tutorials/support/index.html", "reference/authoring/index.html"):
