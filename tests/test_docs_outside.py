@@ -152,8 +152,17 @@ def test_the_track_runs_in_a_folder_of_ones_own(track: str, tmp_path: Path) -> N
     if track == "get-started":
         assert shell_blocks == 6
     if track == "basic":
-        # The opening page counts the parts in words: an index page and eighteen parts.
-        assert "Over eighteen short parts" in pages[0].read_text(encoding="utf-8") and len(pages) == 1 + 18
+        # The opening page counts the parts in words (an index page and eighteen parts) and lists, for each file
+        # of the package, the parts that have the reader save it.
+        opening = pages[0].read_text(encoding="utf-8")
+        assert "Over eighteen short parts" in opening and len(pages) == 1 + 18
+        rows = re.findall(r"^\| `(signup/[\w./]*)` \| .* \| ([\d, ]+) \|$", opening, re.MULTILINE)
+        saving = {(block.title, int(page.name[:2])) for page in pages[1:] for block in blocks(page) if block.title}
+        listed = {name: {int(part) for part in parts.split(",")} for name, parts in rows}
+        assert listed and listed == {name: {part for title, part in saving if title.startswith(name)}
+                                     for name in listed}
+        assert {title for title, _ in saving if "/" in title and not title.startswith("In ")} == {
+            title for title, _ in saving if any(title.startswith(name) for name in listed)}
     # Only what the pages told the reader to save: nothing else is written into their folder.
     written = {path.relative_to(folder).as_posix() for path in folder.rglob("*")
                if path.is_file() and "__pycache__" not in path.parts}
