@@ -6,6 +6,8 @@ cannot import this repository's ``docs`` or ``flows`` (``python -I``: no working
 copied beside the folder), so the shown outputs are compared the same way. A page's shell blocks run too:
 ``Terminal 1`` starts the server in the background, the ``Terminal 2`` blocks run in one shell, each compared
 with the "Output" block after it (session ids, request ids, the port and the home folder normalised).
+A track that builds a package ends with the reader's folder holding exactly the finished package the site
+includes, file for file.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def _normalise(text: str, port: int, home: Path) -> list[str]:
     text = re.sub(r"\b[0-9a-f]{32}\b", "<session>", text)
     text = re.sub(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "<request>", text)
     return [line.rstrip() for line in text.strip().splitlines()]
+
+
+def _is_saved(title: str) -> bool:
+    """Whether a block titled ``title`` is a file the reader saves (its title is a relative file name)."""
+    return re.match(r"^[\w./-]+\.\w+$", title) is not None
 
 
 def _free_port() -> int:
@@ -166,8 +173,7 @@ def test_the_track_runs_in_a_folder_of_ones_own(track: str, tmp_path: Path) -> N
     # Only what the pages told the reader to save: nothing else is written into their folder.
     written = {path.relative_to(folder).as_posix() for path in folder.rglob("*")
                if path.is_file() and "__pycache__" not in path.parts}
-    saved = {block.title for page in pages for block in blocks(page)
-             if block.title and re.match(r"^[\w./-]+\.\w+$", block.title)}
+    saved = {block.title for page in pages for block in blocks(page) if block.title and _is_saved(block.title)}
     assert written == saved
     if track in FINISHED:
         package, source = FINISHED[track]
@@ -181,3 +187,19 @@ def test_the_track_runs_in_a_folder_of_ones_own(track: str, tmp_path: Path) -> N
         assert sorted(built) == sorted(finished)
         for name, text in finished.items():
             assert built[name] == text, f"{package}/{name} as the pages leave it differs from {source / name}"
+
+
+#: Tutorial pages that read a flow bundled in the repository's flows/, so their examples run from a checkout
+#: (docs/tutorials/index.md says which tracks run where the reader is). A new tutorial page joins a track above.
+FROM_A_CHECKOUT = {"index.md", "hotel", "decision-hotel.md", "employee-benefits.md", "home-insurance.md",
+                   "invoice.md", "northwind-support.md"}
+
+
+def test_every_tutorial_page_runs_outside_or_is_known_to_need_a_checkout() -> None:
+    tutorials = DOCS / "tutorials"
+    for page in nav_pages():
+        if not page.is_relative_to(tutorials) or page.parent in TRACKS.values():
+            continue
+        assert page.relative_to(tutorials).parts[0] in FROM_A_CHECKOUT, f"{page.relative_to(DOCS)} runs nowhere"
+        assert not any(block.title and _is_saved(block.title) for block in blocks(page)), (
+            f"{page.relative_to(DOCS)} has the reader save a file: it belongs to a track that runs outside")
