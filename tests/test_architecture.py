@@ -130,7 +130,7 @@ FOLDER_ORDER = [
     # model providers
     "models/", "telemetry",
     # what a turn works with: memory, recovery, decisions, MCP, batches
-    "memory", "recovery", "conversation", "batch", "mcp_transport", "mcp", "decision",
+    "memory", "recovery", "conversation", "batch", "mcp_transport", "mcp", "mcp_env", "decision",
     # the running turn's context
     "run_context",
     # the authoring surface, and what collects a flow's steps and tools

@@ -378,7 +378,7 @@ async def test_an_ssm_header_never_reaches_logs_responses_or_the_session(
 def test_the_example_flows_take_their_servers_authorization_from_ssm_or_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from flows.servers import server_from_env
+    from picoflow.mcp_env import server_from_env
 
     monkeypatch.setenv("HOTEL_MCP_URL", "https://hotels.example.com/mcp")
     monkeypatch.delenv("HOTEL_MCP_AUTHORIZATION_PARAMETER", raising=False)
