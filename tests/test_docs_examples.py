@@ -92,6 +92,13 @@ def _conversation(data: Any) -> None:
     assert all(isinstance(turn["user"], str) for turn in data["turns"])
 
 
+def _catalog(data: Any) -> None:
+    # A hotel catalog, as the hotel track's search server reads it: named hotels with amenities and room types.
+    assert isinstance(data, list) and data, "not a catalog"
+    assert all(isinstance(hotel["name"], str) and isinstance(hotel["amenities"], dict)
+               and isinstance(hotel["roomType"], list) for hotel in data)
+
+
 def _flow_names(data: Any) -> None:
     assert isinstance(data, list) and all(isinstance(name, str) for name in data), "not a list of flow names"
 
@@ -131,6 +138,7 @@ FILE_KINDS: dict[str, Callable[[Any], Any]] = {
     "replies.json": ScriptedProvider,
     "conversation.json": _conversation,
     "scenario.json": Scenario.model_validate,
+    "hotels.json": _catalog,
 }
 _FILE_TITLE = re.compile(r"^[\w.-]+(?:/[\w.-]+)*\.(?:py|json|md|txt)$")
 
