@@ -37,7 +37,7 @@ eval: $(STAMP)
 
 # The documentation site at http://127.0.0.1:8000 (mkdocs.yml); make test builds it strictly and runs its examples.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+	$(VENV)/bin/mkdocs serve
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -61,6 +61,8 @@ COUNTS: Counter[str] = Counter()
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)(?P<attrs>[^\n]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
                     re.DOTALL | re.MULTILINE)
 _TITLE = re.compile(r'title="(?P<title>[^"]*)"')
+# A section marker line in an included file; pymdownx.snippets leaves it out of the page.
+_MARKER = re.compile(r"^[ \t]*# --8<-- \[(?:start|end):[\w-]+\][ \t]*$")
 _SNIPPET = re.compile(r'^--8<-- "(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"$')
 
 
@@ -88,6 +90,13 @@ def _conversation(data: Any) -> None:
     assert set(data) <= {"flow", "config", "turns"} and data["flow"] and data["turns"], "not a conversation file"
     ScriptedProvider([reply for turn in data["turns"] for reply in turn.get("replies", [])])
     assert all(isinstance(turn["user"], str) for turn in data["turns"])
+
+
+def _catalog(data: Any) -> None:
+    # A hotel catalog, as the hotel track's search server reads it: named hotels with amenities and room types.
+    assert isinstance(data, list) and data, "not a catalog"
+    assert all(isinstance(hotel["name"], str) and isinstance(hotel["amenities"], dict)
+               and isinstance(hotel["roomType"], list) for hotel in data)
 
 
 def _flow_names(data: Any) -> None:
@@ -129,6 +138,7 @@ FILE_KINDS: dict[str, Callable[[Any], Any]] = {
     "replies.json": ScriptedProvider,
     "conversation.json": _conversation,
     "scenario.json": Scenario.model_validate,
+    "hotels.json": _catalog,
 }
 _FILE_TITLE = re.compile(r"^[\w.-]+(?:/[\w.-]+)*\.(?:py|json|md|txt)$")
 
@@ -141,16 +151,17 @@ def _write_file(folder: Path, block: Block, where: str) -> Path:
     assert block.title is not None
     path = folder / block.title
     snippets = _snippet_lines(block.body)
-    text = "".join(_section(m["path"], m["section"]) for m in snippets) if snippets else block.body
+    text = "".join(shown_text(m["path"], m["section"]) for m in snippets) if snippets else block.body
     if path.suffix == ".json":
         check = FILE_KINDS.get(path.name)
         assert check is not None, f"{where}: a json file block is one of {sorted(FILE_KINDS)}"
         check(json.loads(text))
     elif path.suffix == ".py":
         compile(text, where, "exec", dont_inherit=True)
-        # A page may rewrite a module it saved before: the next import reads the new text.
-        module = ".".join(path.relative_to(folder).with_suffix("").parts)
-        for name in [name for name in sys.modules if name == module or name.startswith(f"{module}.")]:
+        # A page may rewrite a module it saved before: the next import reads the new text. The whole package
+        # is forgotten, as a fresh interpreter would have it, so its __init__ imports the new module too.
+        top = path.relative_to(folder).with_suffix("").parts[0]
+        for name in [name for name in sys.modules if name == top or name.startswith(f"{top}.")]:
             del sys.modules[name]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
@@ -188,13 +199,14 @@ def save_earlier_files(page: Path, folder: Path) -> None:
                 _write_file(folder, block, f"{earlier.name}:{block.line}")
 
 
-def _section(path: str, section: str | None) -> str:
+def shown_text(path: str, section: str | None) -> str:
+    """What a ``--8<-- "path:section"`` line shows on the built page: the text without section markers."""
     source = (ROOT / path).read_text(encoding="utf-8")
-    if section is None:
-        return source
-    start, end = f"# --8<-- [start:{section}]\n", f"# --8<-- [end:{section}]"
-    assert start in source and end in source, f"{path} has no section {section!r}"
-    return source.split(start, 1)[1].split(end, 1)[0]
+    if section is not None:
+        start, end = f"# --8<-- [start:{section}]\n", f"# --8<-- [end:{section}]"
+        assert start in source and end in source, f"{path} has no section {section!r}"
+        source = source.split(start, 1)[1].split(end, 1)[0]
+    return "".join(line for line in source.splitlines(keepends=True) if not _MARKER.match(line))
 
 
 def _snippet_lines(body: str) -> list[re.Match[str]] | None:
@@ -238,7 +250,7 @@ def run_page(page: Path, folder: Path | None = None) -> Counter[str]:
                 check = JSON_KINDS.get(block.title or "") or FILE_KINDS.get(named or "")
                 assert check is not None, f"{where}: a json block needs a title among {sorted(JSON_KINDS)}"
                 snippets = _snippet_lines(block.body)
-                text = "".join(_section(m["path"], m["section"]) for m in snippets) if snippets else block.body
+                text = "".join(shown_text(m["path"], m["section"]) for m in snippets) if snippets else block.body
                 check(json.loads(text))
                 counts["json"] += 1
                 continue
@@ -248,7 +260,7 @@ def run_page(page: Path, folder: Path | None = None) -> Counter[str]:
                 snippets = _snippet_lines(block.body)
                 if snippets:
                     for match in snippets:
-                        _compile(textwrap.dedent(_section(match["path"], match["section"])), where)
+                        _compile(textwrap.dedent(shown_text(match["path"], match["section"])), where)
                     counts["included"] += 1
                     continue
                 code = _compile(block.body, where)

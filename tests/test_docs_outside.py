@@ -6,6 +6,8 @@ cannot import this repository's ``docs`` or ``flows`` (``python -I``: no working
 copied beside the folder), so the shown outputs are compared the same way. A page's shell blocks run too:
 ``Terminal 1`` starts the server in the background, the ``Terminal 2`` blocks run in one shell, each compared
 with the "Output" block after it (session ids, request ids, the port and the home folder normalised).
+A track that builds a package ends with the reader's folder holding exactly the finished package the site
+includes, file for file.
 """
 
 from __future__ import annotations
@@ -23,12 +25,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_docs_examples import DOCS, ROOT, Block, _snippet_lines, blocks, nav_pages
+from tests.test_docs_examples import DOCS, ROOT, Block, _snippet_lines, blocks, nav_pages, shown_text
 
-#: The folders of pages that promise to run outside the repository; each runs in reading order in one folder.
+#: The folders of pages (or single pages) that promise to run outside the repository; each runs in reading order
+#: in one folder.
 TRACKS = {
     "get-started": DOCS / "get-started",
     "basic": DOCS / "tutorials" / "basic",
+    "support": DOCS / "tutorials" / "support",
+    "hotel": DOCS / "tutorials" / "hotel",
+    "decision-hotel": DOCS / "tutorials" / "decision-hotel.md",
+}
+#: Where a track's finished files are kept as a package the site includes, and the files of it the track leaves
+#: out; the reader's folder must end equal to the rest.
+FINISHED: dict[str, tuple[str, Path, set[str]]] = {
+    "basic": ("signup", DOCS / "tutorials" / "basic", set()),
+    "support": ("support", DOCS / "tutorials" / "support", set()),
+    # The repository's own judge fixtures (a scripted judge, the original demo's replies and judgements).
+    "hotel": ("hotel", ROOT / "flows" / "hotel", {"judge_script.json", "original_judge.json", "original_replies.json"}),
 }
 _MARK = "@@block-done@@"
 _IMPORT_FROM_REPO = re.compile(r"^\s*(?:from|import)\s+(?:docs|flows|handlers|tests)\b", re.MULTILINE)
@@ -39,6 +53,11 @@ def _normalise(text: str, port: int, home: Path) -> list[str]:
     text = re.sub(r"\b[0-9a-f]{32}\b", "<session>", text)
     text = re.sub(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "<request>", text)
     return [line.rstrip() for line in text.strip().splitlines()]
+
+
+def _is_saved(title: str) -> bool:
+    """Whether a block titled ``title`` is a file the reader saves (its title is a relative file name)."""
+    return re.match(r"^[\w./-]+\.\w+$", title) is not None
 
 
 def _free_port() -> int:
@@ -131,7 +150,7 @@ def test_the_track_runs_in_a_folder_of_ones_own(track: str, tmp_path: Path) -> N
     # DOCS_SOURCE_ROOT: where the checker reads what a --8<-- line shows on the built page (never on sys.path).
     env = {"PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(home), "LANG": "C.UTF-8",
            "DOCS_SOURCE_ROOT": str(ROOT)}
-    pages = [page for page in nav_pages() if page.parent == TRACKS[track]]
+    pages = [page for page in nav_pages() if TRACKS[track] in (page, page.parent)]
     assert pages
     shell_blocks = 0
     for page in pages:
@@ -145,9 +164,48 @@ def test_the_track_runs_in_a_folder_of_ones_own(track: str, tmp_path: Path) -> N
         shell_blocks += _run_shell_blocks(page, folder, env, home)
     if track == "get-started":
         assert shell_blocks == 6
+    if track == "basic":
+        # The opening page counts the parts in words (an index page and eighteen parts) and lists, for each file
+        # of the package, the parts that have the reader save it.
+        opening = pages[0].read_text(encoding="utf-8")
+        assert "Over eighteen short parts" in opening and len(pages) == 1 + 18
+        rows = re.findall(r"^\| `(signup/[\w./]*)` \| .* \| ([\d, ]+) \|$", opening, re.MULTILINE)
+        saving = {(block.title, int(page.name[:2])) for page in pages[1:] for block in blocks(page) if block.title}
+        listed = {name: {int(part) for part in parts.split(",")} for name, parts in rows}
+        assert listed and listed == {name: {part for title, part in saving if title.startswith(name)}
+                                     for name in listed}
+        assert {title for title, _ in saving if "/" in title and not title.startswith("In ")} == {
+            title for title, _ in saving if any(title.startswith(name) for name in listed)}
     # Only what the pages told the reader to save: nothing else is written into their folder.
     written = {path.relative_to(folder).as_posix() for path in folder.rglob("*")
                if path.is_file() and "__pycache__" not in path.parts}
-    saved = {block.title for page in pages for block in blocks(page)
-             if block.title and re.match(r"^[\w./-]+\.\w+$", block.title)}
+    saved = {block.title for page in pages for block in blocks(page) if block.title and _is_saved(block.title)}
     assert written == saved
+    if track in FINISHED:
+        package, source, left_out = FINISHED[track]
+        # Built page by page, the reader's package ends as the finished one: same files, same text.
+        # The finished files as the site shows them (without the section markers the pages include parts by).
+        finished = {path.relative_to(source).as_posix(): shown_text(path.relative_to(ROOT).as_posix(), None)
+                    for path in source.rglob("*") if path.is_file() and "__pycache__" not in path.parts
+                    and not (path.suffix == ".md" and path.parent == source and source.is_relative_to(DOCS))
+                    and path.relative_to(source).as_posix() not in left_out}
+        built = {path.relative_to(folder / package).as_posix(): path.read_text(encoding="utf-8")
+                 for path in (folder / package).rglob("*") if path.is_file() and "__pycache__" not in path.parts}
+        assert sorted(built) == sorted(finished)
+        for name, text in finished.items():
+            assert built[name] == text, f"{package}/{name} as the pages leave it differs from {source / name}"
+
+
+#: Tutorial pages that read a flow bundled in the repository's flows/, so their examples run from a checkout
+#: (docs/tutorials/index.md says which tracks run where the reader is). A new tutorial page joins a track above.
+FROM_A_CHECKOUT = {"index.md", "employee-benefits.md", "home-insurance.md", "invoice.md", "northwind-support.md"}
+
+
+def test_every_tutorial_page_runs_outside_or_is_known_to_need_a_checkout() -> None:
+    tutorials = DOCS / "tutorials"
+    for page in nav_pages():
+        if not page.is_relative_to(tutorials) or {page, page.parent} & set(TRACKS.values()):
+            continue
+        assert page.relative_to(tutorials).parts[0] in FROM_A_CHECKOUT, f"{page.relative_to(DOCS)} runs nowhere"
+        assert not any(block.title and _is_saved(block.title) for block in blocks(page)), (
+            f"{page.relative_to(DOCS)} has the reader save a file: it belongs to a track that runs outside")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -27,18 +28,52 @@ BUILD_TIMEOUT_SECONDS = 300
 PAGE_TIMEOUT_MS = 30_000
 
 
+# The theme's end-of-life notice, printed by every `mkdocs` command: read here rather than switched off, and
+# answered in docs/concepts/layout.md ("The documentation site").
+THEME_NOTICE = "Material for MkDocs reaches end of life on May 5, 2027."
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_output(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     folder = tmp_path_factory.mktemp("site")
     started = time.monotonic()
+    env = {name: value for name, value in os.environ.items() if name != "NO_MKDOCS_2_WARNING"}
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
-        cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS, env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     print(f"mkdocs build --strict: {time.monotonic() - started:.1f} s")
-    return folder
+    lines = [line.strip() for line in _ANSI.sub("", result.stdout + result.stderr).splitlines() if line.strip()]
+    return folder, lines
+
+
+@pytest.fixture(scope="module")
+def site(build_output: tuple[Path, list[str]]) -> Path:
+    return build_output[0]
+
+
+def test_the_build_says_nothing_but_the_themes_notice(build_output: tuple[Path, list[str]]) -> None:
+    _, lines = build_output
+    notice = [line for line in lines if line.startswith("│") or "NO_MKDOCS_2_WARNING" in line]
+    # The notice is the one the layout page answers; a new date or a new notice fails here until it is read.
+    assert any(THEME_NOTICE in line for line in notice), lines
+    assert THEME_NOTICE in (ROOT / "docs" / "concepts" / "layout.md").read_text(encoding="utf-8")
+    # Everything else is MkDocs' own progress: no warning, no deprecation, no note from a plugin.
+    others = [line for line in lines if line not in notice]
+    assert [line for line in others if not line.startswith("INFO")] == [], others
+    assert len(others) == 3, others
+
+
+def test_the_layout_page_names_the_pins_pyproject_makes() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    page = " ".join((ROOT / "docs" / "concepts" / "layout.md").read_text(encoding="utf-8").split())
+    for requirement in extras["docs"]:
+        name, pins = re.match(r"^([\w-]+)(?:\[\w+\])?(.*)$", requirement).groups()  # type: ignore[union-attr]
+        assert f"`{pins}`" in page, f"docs/concepts/layout.md does not name {name}'s pins {pins}"
 
 
 def test_the_site_builds_strictly_with_every_section(site: Path) -> None:

@@ -137,7 +137,7 @@ def test_prices_do_not_depend_on_the_process_time_zone(zone: str, monkeypatch: p
 
 def test_an_external_stdio_server_gets_the_process_time_zone(monkeypatch: pytest.MonkeyPatch) -> None:
     """The original's server prices in its own zone: HotelFlow hands it the function's ``TZ`` (``:UTC`` on Lambda)."""
-    from flows.servers import server_from_env
+    from picoflow.mcp.environment import server_from_env
     from picoflow.mcp.transport import stdio_environment
 
     monkeypatch.delenv("HOTEL_MCP_URL", raising=False)

@@ -378,7 +378,7 @@ async def test_an_ssm_header_never_reaches_logs_responses_or_the_session(
 def test_the_example_flows_take_their_servers_authorization_from_ssm_or_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from flows.servers import server_from_env
+    from picoflow.mcp.environment import server_from_env
 
     monkeypatch.setenv("HOTEL_MCP_URL", "https://hotels.example.com/mcp")
     monkeypatch.delenv("HOTEL_MCP_AUTHORIZATION_PARAMETER", raising=False)
@@ -387,3 +387,22 @@ def test_the_example_flows_take_their_servers_authorization_from_ssm_or_the_envi
     monkeypatch.setenv("HOTEL_MCP_AUTHORIZATION_PARAMETER", "/picoflow/hotel-mcp-token")
     by_ssm = server_from_env("hotel", "HOTEL_MCP", "flows.hotel.mcp_server", timeout=10)
     assert (by_ssm.headers_from_env, by_ssm.headers_from_ssm) == ((), (("Authorization", "/picoflow/hotel-mcp-token"),))
+
+
+def test_a_flows_own_server_runs_from_the_folder_holding_its_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from picoflow.mcp.environment import package_root, server_from_env
+
+    (tmp_path / "inn").mkdir()
+    (tmp_path / "inn" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "lone.py").write_text("", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for variable in ("INN_MCP_URL", "INN_MCP_COMMAND", "INN_MCP_CWD"):
+        monkeypatch.delenv(variable, raising=False)
+    assert package_root("inn.mcp_server") == package_root("lone") == str(tmp_path.resolve())
+    spec = server_from_env("inn", "INN_MCP", "inn.mcp_server", timeout=5)
+    assert (spec.args, spec.cwd, dict(spec.env)) == (
+        ("-m", "inn.mcp_server"), str(tmp_path.resolve()), {"PYTHONPATH": str(tmp_path.resolve())})
+    with pytest.raises(ModuleNotFoundError):
+        package_root("no_such_package_here.server")

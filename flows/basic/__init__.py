@@ -17,9 +17,9 @@ from flows.basic.logic import FooLogicStep, GooLogicStep
 from flows.basic.president import PresidentStep
 from flows.basic.profile import AddressStep, DOBStep, NameStep
 from flows.basic.weather import WeatherStep
-from flows.servers import server_from_env
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
 from picoflow.mcp import MCPServerSpec
+from picoflow.mcp.environment import server_from_env
 from picoflow.stores import SessionDoc
 
 # Matches the original's default session expiry of 600 seconds.

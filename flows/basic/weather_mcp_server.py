@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from flows.basic.weather_contract import TOOL, CityReading, Temperatures
-from flows.servers import run_bundled_server
+from picoflow.local.tool_server import run_tool_server
 
 _TEMPERATURES = {"LA": 72, "NYC": 83}
 
@@ -33,7 +33,7 @@ def build_server() -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve over stdio, or over streamable HTTP with ``--http``."""
-    run_bundled_server(build_server, __doc__.splitlines()[0], port=8766, argv=argv)
+    run_tool_server(build_server, __doc__.splitlines()[0], port=8766, argv=argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from flows.hotel.pricing import prices
+from .pricing import prices
 
 DATA = Path(__file__).parent / "data" / "hotels.json"
 

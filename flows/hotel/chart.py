@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import date
 from typing import Any
 
-from flows.hotel.contract import ROOM_TYPES
+from .contract import ROOM_TYPES
 
 FEATURES = ("price", "amenities", "room type", "distance")
 YES, NO, UNKNOWN = "✅", "❌", "n/a"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from flows.hotel.contract import SERVER
-from flows.hotel.steps import CompareStep, ExploreStep, PresentStep
-from flows.servers import server_from_env
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
 from picoflow.mcp import MCPServerSpec
+from picoflow.mcp.environment import server_from_env
+
+from .contract import SERVER
+from .steps import CompareStep, ExploreStep, PresentStep
 
 MODEL = ModelSelection(provider="openai", name="gpt-4o")
 #: Seconds the hotel search may take, connecting included (a bundled stdio server starts within it).
@@ -30,8 +31,8 @@ class HotelFlow(Flow):
         return MODEL
 
     def define_mcp_servers(self) -> list[MCPServerSpec]:
-        # HOTEL_MCP_URL (streamable HTTP), else HOTEL_MCP_COMMAND (stdio), else the bundled server over stdio.
-        return [server_from_env(SERVER, "HOTEL_MCP", "flows.hotel.mcp_server", timeout=SEARCH_TIMEOUT_SECONDS,
+        # HOTEL_MCP_URL (streamable HTTP), else HOTEL_MCP_COMMAND (stdio), else the package's own server over stdio.
+        return [server_from_env(SERVER, "HOTEL_MCP", f"{__package__}.mcp_server", timeout=SEARCH_TIMEOUT_SECONDS,
                                 max_result_bytes=SEARCH_MAX_BYTES)]
 
     def define_steps(self) -> list[Step]:

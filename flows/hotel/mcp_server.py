@@ -1,24 +1,19 @@
 """The hotel-pricing MCP server: ``search_hotels`` over the bundled Portland catalog.
 
-``python -m flows.hotel.mcp_server`` serves it over stdio; ``--http --port N`` over streamable HTTP at ``/mcp``.
-The SDK's server side is imported only by :func:`build_server`: the function imports every module under
-``flows/`` when it discovers flows, and must not pay for a server it never runs.
+``python -m hotel.mcp_server`` (for a package ``hotel``) serves it over stdio; ``--http --port N`` over
+streamable HTTP at ``/mcp``.
+The SDK's server side is imported only by :func:`build_server`: ``picoflow serve`` imports every module of a
+flow package when it discovers flows, and must not pay for a server it never runs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flows.hotel import catalog
-from flows.hotel.contract import (
-    TOOL,
-    Budget,
-    DistanceMiles,
-    HotelPrice,
-    MaxDistanceMiles,
-    SearchHotelsResult,
-)
-from flows.servers import run_bundled_server
+from picoflow.local.tool_server import run_tool_server
+
+from . import catalog
+from .contract import TOOL, Budget, DistanceMiles, HotelPrice, MaxDistanceMiles, SearchHotelsResult
 
 
 def search_hotels(
@@ -61,7 +56,7 @@ def build_server() -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve over stdio, or over streamable HTTP with ``--http``."""
-    run_bundled_server(build_server, __doc__.splitlines()[0], port=8765, argv=argv)
+    run_tool_server(build_server, __doc__.splitlines()[0], port=8765, argv=argv)
 
 
 if __name__ == "__main__":

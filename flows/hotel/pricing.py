@@ -6,7 +6,7 @@ server's when that one runs with ``TZ=UTC``; started in another zone, the origin
 evening before and prices that day instead, which is why an external server must be given ``TZ`` explicitly.
 
 Every day from check-in to check-out is priced, check-out day included, as the original server does; the flow
-charges the nights only (``flows.hotel.booking.nightly_prices``).
+charges the nights only (``booking.nightly_prices``).
 """
 
 from __future__ import annotations

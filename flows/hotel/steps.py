@@ -10,8 +10,13 @@ from typing import Any, Literal
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, Field
 
-from flows.hotel import booking, chart
-from flows.hotel.contract import (
+from picoflow import Flow, Step, TerminateSessionStep, Transition, direct, direct_to, go, stay, tool
+from picoflow.mcp import MCPUnavailableError
+from picoflow.messages import HumanMessageEx
+from picoflow.prompts import prompt
+
+from . import booking, chart
+from .contract import (
     AMENITIES,
     ROOM_TYPES,
     SERVER,
@@ -22,10 +27,6 @@ from flows.hotel.contract import (
     SearchHotelsResult,
     stay_nights,
 )
-from picoflow import Flow, Step, TerminateSessionStep, Transition, direct, direct_to, go, stay, tool
-from picoflow.mcp import MCPUnavailableError
-from picoflow.messages import HumanMessageEx
-from picoflow.prompts import prompt
 
 Amenity = Literal[AMENITIES]  # type: ignore[valid-type]
 RoomType = Literal[ROOM_TYPES]  # type: ignore[valid-type]

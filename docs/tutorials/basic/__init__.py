@@ -10,20 +10,14 @@ from __future__ import annotations
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
 from picoflow.stores import SessionDoc
 
-from .steps import (
-    AgeGateStep,
-    BirthdayStep,
-    ColorMeaningStep,
-    ContactStep,
-    FavoritesStep,
-    InsightsStep,
-    NameStep,
-    SeasonMeaningStep,
-    SummaryStep,
-    TaglineStep,
-)
+from .age_gate import AgeGateStep
+from .birthday import BirthdayStep
+from .contact import ContactStep
+from .favorites import FavoritesStep
+from .insights import ColorMeaningStep, InsightsStep, SeasonMeaningStep, TaglineStep
+from .name import NameStep
+from .summary import SummaryStep
 
-# --8<-- [start:flow]
 # A session idle for longer than this starts over instead of resuming half a profile.
 IDLE_LIMIT_MS = 30 * 60 * 1000
 
@@ -59,7 +53,6 @@ class ProfileFlow(Flow):
         if self.session_idle_ms(doc) > IDLE_LIMIT_MS:
             return None  # a new session instead
         return await super().on_restore_session_doc(doc)
-# --8<-- [end:flow]
 
 
 __all__ = ["ProfileFlow"]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from docs.tutorials.support.steps import AdjudicateStep, ReturnsStep, TriageStep
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
 from picoflow.stores import SessionDoc
+
+from .steps import AdjudicateStep, ReturnsStep, TriageStep
 
 # --8<-- [start:flow]
 MODEL = ModelSelection(provider="openai", name="gpt-4o-mini")

@@ -7,8 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from docs.tutorials.support.orders import ORDERS, Order, decide_return, find_order
 from picoflow import LogicStep, Step, TerminateSessionStep, Transition, direct_to, finish, go, stay, tool
+
+from .orders import ORDERS, Order, decide_return, find_order
 
 ROLE = "You are the support assistant of a small home-goods shop. Be brief and never promise an outcome."
 
