@@ -250,6 +250,7 @@ class FlowEngine:
         file_data: Mapping[str, bytes] | None = None,
         inline_files: Iterable[FileRecord] = (),
         approvals: Iterable[Mapping[str, Any]] | None = None,
+        tool_details: bool = False,
     ) -> AsyncIterator[TurnEvent]:
         """Run one turn (the arguments of :meth:`run`) and yield its events as they happen.
 
@@ -257,9 +258,13 @@ class FlowEngine:
         last reset is not the reply after all; ``step`` and ``tool`` name the step entered and the tool called;
         the last event is ``committed`` (the success envelope, once the session write landed) or ``aborted``
         (the failure envelope). A reader that stops reading does not stop the turn: it still commits.
+
+        ``tool_details=True`` is for adapters that display tool calls: each ``tool`` event then carries its call
+        (``TurnEvent.call``, outside the JSON), with the validated arguments when the flow shows that tool
+        (``Flow.show_tool_calls``, ``@tool(show=...)``), and a ``tool_result`` event follows each shown call.
         """
         return self._events(
-            EventSink(), flow_name, user_message, session_id, config, deadline=deadline,
+            EventSink(details=tool_details), flow_name, user_message, session_id, config, deadline=deadline,
             idempotency_key=idempotency_key, caller=caller, request_id=request_id, files=files, file_data=file_data,
             inline_files=inline_files, approvals=approvals,
         )

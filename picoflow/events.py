@@ -4,6 +4,10 @@ A turn streamed by ``FlowEngine.stream`` yields, in order: ``delta`` pieces of t
 model writes them, ``reset`` when the text sent since the last ``reset`` is not the reply after all, optional
 ``step`` and ``tool`` progress (names only), and exactly one final ``committed`` (after the session write
 landed) or ``aborted`` event. The committed message equals the deltas sent after the last ``reset``.
+
+A stream opened with ``tool_details`` (the AG-UI adapter's) also says which call a ``tool`` event is
+(``TurnEvent.call``, never part of the JSON), with the validated arguments of the calls the flow shows, and
+follows each shown call that ran with a ``tool_result`` event.
 """
 
 from __future__ import annotations
@@ -15,9 +19,24 @@ from typing import Any, Literal
 from picoflow.results import RunResponse
 from picoflow.wire import PLAIN_TEXT
 
-EventName = Literal["delta", "reset", "step", "tool", "committed", "aborted"]
+EventName = Literal["delta", "reset", "step", "tool", "tool_result", "committed", "aborted"]
 #: The two events that end a stream; exactly one of them comes last.
 FINAL_EVENTS: frozenset[str] = frozenset({"committed", "aborted"})
+
+
+@dataclass(frozen=True)
+class ToolCallView:
+    """One tool call as a client that displays tool calls sees it: arguments and result only when shown."""
+
+    #: The model's id of the call.
+    id: str
+    #: The tool called.
+    name: str
+    #: The validated arguments when the flow shows this call (``Flow.show_tool_calls``, ``@tool(show=...)``), else
+    #: None.
+    arguments: dict[str, Any] | None = None
+    #: What the model was told the call returned (on ``tool_result`` events only).
+    result: str | None = None
 
 
 @dataclass(frozen=True)
@@ -31,6 +50,9 @@ class TurnEvent:
     event: EventName
     fields: dict[str, Any] = field(default_factory=dict)
     response: RunResponse | None = field(default=None, compare=False, repr=False)
+    #: The call a ``tool`` or ``tool_result`` event is about, on streams opened with ``tool_details``; never part
+    #: of ``data``.
+    call: ToolCallView | None = field(default=None, compare=False, repr=False)
 
     @property
     def data(self) -> dict[str, Any]:
@@ -57,8 +79,10 @@ class EventSink:
     (``FlowEngine.run``), models are called without streaming and the reply arrives whole before the final event.
     """
 
-    def __init__(self, *, live: bool = True) -> None:
+    def __init__(self, *, live: bool = True, details: bool = False) -> None:
         self.live = live
+        #: Whether tool events carry their calls (``TurnEvent.call``) and shown calls get ``tool_result`` events.
+        self.details = details
         self.queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
         #: The reply text sent since the last ``reset``.
         self.shown = ""
@@ -78,6 +102,16 @@ class EventSink:
     def progress(self, event: Literal["step", "tool"], name: str) -> None:
         """Say which step runs or which tool is called: a name, never arguments."""
         self.queue.put_nowait(TurnEvent(event, {"name": name}))
+
+    def tool_called(self, call: ToolCallView) -> None:
+        """Say which tool is called; with ``details``, which call it is (and its arguments when shown)."""
+        self.queue.put_nowait(TurnEvent("tool", {"name": call.name}, call=call if self.details else None))
+
+    def tool_answered(self, call: ToolCallView) -> None:
+        """Say what a shown call returned (``call.result``): only with ``details`` and for calls with arguments
+        shown, so a stream that did not ask never carries it."""
+        if self.details and call.arguments is not None:
+            self.queue.put_nowait(TurnEvent("tool_result", {"name": call.name}, call=call))
 
     def finish(self, response: RunResponse) -> None:
         """End the stream with ``response``, first making the deltas since the last reset equal its message.

@@ -47,6 +47,9 @@ class Flow:
     keep_session_on_error: ClassVar[bool] = False
     #: Request ``config`` keys starting with ``_`` are reserved; a flow lists here the ones it accepts.
     allowed_private_config: ClassVar[frozenset[str]] = frozenset()
+    #: Let clients that display tool calls (AG-UI) see the validated arguments and results of this flow's tools
+    #: without effects; an effect tool's are shown only when its own ``show=True`` says so.
+    show_tool_calls: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -22,6 +22,7 @@ _TOOL_ATTR = "__picoflow_tool__"
 _GROUP_ATTR = "__picoflow_tools__"
 _EFFECT_ATTR = "__picoflow_effect__"
 _APPROVAL_ATTR = "__picoflow_approval__"
+_SHOW_ATTR = "__picoflow_show__"
 
 #: How long a call waits for a decision by default, in seconds: the session's user decides within minutes, a
 #: reviewer within a day.
@@ -105,6 +106,9 @@ class ToolSpec:
     returning whether this call needs the user's decision (or naming who decides it: ``"user"`` or
     ``"reviewer"``). ``approval_ttl=`` is how many seconds a call waits
     (600 for the user, 86,400 for a reviewer by default); an undecided call then counts as declined.
+
+    ``show=True`` lets clients that display tool calls (AG-UI) see each call's validated arguments and its result;
+    ``show=False`` never; ``None`` follows the flow's ``show_tool_calls``, which never shows an effect tool's.
     """
 
     name: str
@@ -113,6 +117,7 @@ class ToolSpec:
     effect: bool = False
     approval: ApprovalSetting = None
     approval_ttl: float | None = None
+    show: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -121,6 +126,8 @@ class ToolSpec:
             raise PicoFlowError(f"Tool '{self.name}' needs a pydantic model class as its schema.")
         if approval_rule(self.approval, self.approval_ttl, f"Tool '{self.name}'") is not None:
             object.__setattr__(self, "effect", True)
+        if self.show is not None and not isinstance(self.show, bool):
+            raise PicoFlowError(f"Tool '{self.name}': show= takes True or False.")
 
     @property
     def approval_rule(self) -> ApprovalRule | None:
@@ -178,20 +185,21 @@ def _parameters_schema(schema: type[BaseModel]) -> dict[str, Any]:
 
 @overload
 def tool(
-    arg: _Handler, *, effect: bool = False, approval: ApprovalSetting = None, approval_ttl: float | None = None
+    arg: _Handler, *, effect: bool = False, approval: ApprovalSetting = None, approval_ttl: float | None = None,
+    show: bool | None = None,
 ) -> _Handler: ...
 
 
 @overload
 def tool(
     arg: str | None = None, *, effect: bool = False, approval: ApprovalSetting = None,
-    approval_ttl: float | None = None,
+    approval_ttl: float | None = None, show: bool | None = None,
 ) -> Callable[[_Handler], _Handler]: ...
 
 
 def tool(
     arg: Callable[..., Any] | str | None = None, *, effect: bool = False, approval: ApprovalSetting = None,
-    approval_ttl: float | None = None,
+    approval_ttl: float | None = None, show: bool | None = None,
 ) -> Callable[..., Any] | Callable[[_Handler], _Handler]:
     """Expose and handle a tool: bare ``@tool`` uses the method name, ``@tool("name")`` an explicit one.
 
@@ -201,8 +209,13 @@ def tool(
     ``@tool(effect=True, approval=True)`` makes the session's user decide each call before the handler runs;
     ``approval="reviewer"`` a reviewer; a function of the validated arguments decides which calls need the
     user's decision. ``approval_ttl=`` sets how long a call waits (see ``ToolSpec``).
+
+    ``show=True`` lets clients that display tool calls (AG-UI) see each call's validated arguments and result,
+    ``show=False`` never; by default the flow's ``show_tool_calls`` decides, and it never shows an effect tool's.
     """
     rule = approval_rule(approval, approval_ttl, "@tool")
+    if show is not None and not isinstance(show, bool):
+        raise PicoFlowError("@tool: show= takes True or False.")
 
     def mark(func: _Handler, name: str) -> _Handler:
         if not callable(func) or isinstance(func, (staticmethod, classmethod)):
@@ -212,6 +225,8 @@ def tool(
             setattr(func, _EFFECT_ATTR, True)
         if rule is not None:
             setattr(func, _APPROVAL_ATTR, rule)
+        if show is not None:
+            setattr(func, _SHOW_ATTR, show)
         return func
 
     if callable(arg):
@@ -260,6 +275,21 @@ def is_effect(flow: Any, names: Iterable[str], handler: Any) -> bool:
     if getattr(getattr(handler, "__func__", handler), _EFFECT_ATTR, False):
         return True
     return any(getattr(flow.run_context.tools.get(name), "effect", False) for name in names)
+
+
+def shows_call(flow: Any, name: str, handler: Any) -> bool:
+    """Whether clients that display tool calls may see the arguments and result of a call of the registry tool
+    ``name`` (handled by ``handler``, if any): the handler's ``show=``, else its ``ToolSpec``'s, else the flow's
+    ``show_tool_calls`` for a tool without effects. A name outside the flow's registry is never shown."""
+    spec = flow.run_context.tools.get(name)
+    if spec is None:
+        return False
+    declared: bool | None = getattr(getattr(handler, "__func__", handler), _SHOW_ATTR, None)
+    if declared is None:
+        declared = spec.show
+    if declared is not None:
+        return declared
+    return bool(getattr(flow, "show_tool_calls", False)) and not is_effect(flow, [name], handler)
 
 
 def approval_of(flow: Any, names: Iterable[str], handler: Any) -> ApprovalRule | None:
@@ -380,7 +410,8 @@ def typed_tool_specs(cls: type) -> tuple[ToolSpec, ...]:
         doc = inspect.getdoc(func) or ""
         description = doc.split("\n\n", 1)[0].replace("\n", " ").strip() or name.replace("_", " ")
         effect = bool(getattr(func, _EFFECT_ATTR, False))
-        specs.append(ToolSpec(name=name, description=description, schema=schema, effect=effect))
+        specs.append(ToolSpec(name=name, description=description, schema=schema, effect=effect,
+                              show=getattr(func, _SHOW_ATTR, None)))
     return tuple(specs)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import ClientConfig, create_client
-from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
+from a2a.types import Message, Part, Role, SendMessageConfiguration, SendMessageRequest, StreamResponse, TaskState
 
 from picoflow import FlowEngine
 from picoflow.models.registry import ProviderRegistry
@@ -145,6 +145,23 @@ def test_an_ended_context_is_a_failed_task_in_its_own_words():
     status = asyncio.run(send(base, user_message("Again", context), http=asgi(engine, None)))[-1].task.status
     assert status.state == TaskState.TASK_STATE_FAILED
     assert status.message.parts[0].text == a2a.ENDED[1]
+
+
+def test_a_send_asking_to_return_at_once_is_answered_when_its_turn_has_ended():
+    # A task lasts one request: answered at once, its turn would be left to a request handler already closed.
+    engine, _ = engine_with([{"content": "The blue room is free.", "delay": 0.2}])
+
+    async def main() -> Any:
+        async with asgi(engine, None) as http:
+            client = await create_client("http://agent/a2a/EchoFlow",
+                                         client_config=ClientConfig(httpx_client=http, streaming=False))
+            request = SendMessageRequest(message=user_message("A room?"),
+                                         configuration=SendMessageConfiguration(return_immediately=True))
+            return [event async for event in client.send_message(request)][-1].task
+
+    task = asyncio.run(main())
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.parts[0].text == "The blue room is free."
 
 
 def test_approval_decisions_are_read_from_a_data_part():

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from picoflow import FlowEngine
+from picoflow import Flow, FlowEngine
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
 from picoflow.events import TurnEvent
@@ -26,6 +26,7 @@ from picoflow.models.scripted import ScriptedProvider
 from picoflow.protocols import agui
 from picoflow.results import RunResponse
 from picoflow.stores import MemorySessionStore
+from tests.support import shown_tools_flow as shown_tools
 from tests.support.agui_node import run_http_agent
 from tests.support.browser import ApiServer
 from tests.support.echo_flows import EchoFlow
@@ -169,6 +170,82 @@ def test_pending_approvals_end_the_run_with_an_interrupt_the_next_run_resumes():
     ]
 
 
+# -- tool calls: arguments and results only where the flow shows them ------------------------------------
+
+#: The model looks rooms up (its nights as text, which the schema makes a number) and books one with a card.
+DESK_REPLIES: list[dict[str, Any]] = [
+    {"content": "", "tool_calls": [{"name": "find_rooms", "args": {"city": "Lisbon", "nights": "2"}},
+                                   {"name": "book_room", "args": {"room": "12", "card_number": shown_tools.CARD}}]},
+    {"content": "Room 12 in Lisbon is booked."},
+]
+
+
+async def collect_flow(flow: type[Flow], replies: list[Any], text: str) -> str:
+    engine = FlowEngine([flow], MemorySessionStore(), ProviderRegistry(override=ScriptedProvider(replies)),
+                        retry_delay=0)
+    run = agui.read_input(run_input(thread(), text))
+    return "".join([agui.encode(event) async for event in agui.run_events(engine, flow.__name__, run, caller=None)])
+
+
+def tool_events(stream: str) -> list[dict[str, Any]]:
+    return [event for event in frames(stream) if event["type"].startswith("TOOL_CALL_")]
+
+
+def test_a_shown_read_only_tool_has_its_validated_arguments_and_result_and_an_effect_tool_only_its_name(tmp_path):
+    stream = asyncio.run(collect_flow(shown_tools.DeskFlow, DESK_REPLIES, "A room in Lisbon, please."))
+    validate(stream, tmp_path)
+    events = tool_events(stream)
+    assert [e["type"] for e in events] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END",
+                                           "TOOL_CALL_START", "TOOL_CALL_END", "TOOL_CALL_RESULT"]
+    find, args, _, book, _, result = events
+    assert (find["toolCallName"], book["toolCallName"]) == ("find_rooms", "book_room")
+    assert json.loads(args["delta"]) == {"city": "Lisbon", "nights": 2} and args["toolCallId"] == find["toolCallId"]
+    assert result["toolCallId"] == find["toolCallId"] and result["messageId"] not in (find["toolCallId"],)
+    assert result["content"] == "Room 12 in Lisbon is free for 2 nights."
+    assert shown_tools.CARD not in stream and "ending 1111" not in stream
+
+
+def test_by_default_no_tool_call_shows_arguments_or_results(tmp_path):
+    stream = asyncio.run(collect_flow(shown_tools.QuietDeskFlow, DESK_REPLIES, "A room in Lisbon, please."))
+    validate(stream, tmp_path)
+    assert [e["type"] for e in tool_events(stream)] == ["TOOL_CALL_START", "TOOL_CALL_END"] * 2
+    assert "Lisbon" not in json.dumps(tool_events(stream)) and shown_tools.CARD not in stream
+
+
+def test_a_tool_that_says_show_false_is_shown_by_name_whatever_the_flow_says(tmp_path):
+    replies = [{"content": "", "tool_calls": [{"name": "find_guest", "args": {"name": "Ann"}}]},
+               {"content": "I found Ann."}]
+    stream = asyncio.run(collect_flow(shown_tools.DeskFlow, replies, "Ann's number?"))
+    validate(stream, tmp_path)
+    assert [e["type"] for e in tool_events(stream)] == ["TOOL_CALL_START", "TOOL_CALL_END"]
+    assert "912" not in stream and '"Ann"' not in stream
+
+
+def test_an_effect_tool_opted_in_with_show_is_shown_and_nothing_else_is(tmp_path):
+    replies = [{"content": "", "tool_calls": [{"name": "book_room", "args": {"room": "12", "card_number": "4242"}},
+                                              {"name": "send_receipt", "args": {"booking": "B-7"}}]},
+               {"content": "Booked, and the receipt is on its way."}]
+    stream = asyncio.run(collect_flow(shown_tools.ReceiptDeskFlow, replies, "Book 12 and send the receipt."))
+    validate(stream, tmp_path)
+    shown = [e for e in tool_events(stream) if e["type"] in ("TOOL_CALL_ARGS", "TOOL_CALL_RESULT")]
+    assert [(e["type"], e.get("delta") or e.get("content")) for e in shown] == [
+        ("TOOL_CALL_ARGS", json.dumps({"booking": "B-7"})), ("TOOL_CALL_RESULT", "Receipt of B-7 sent.")]
+    assert "4242" not in stream
+
+
+def test_the_turn_stream_other_clients_read_carries_tool_names_only():
+    engine = FlowEngine([shown_tools.DeskFlow], MemorySessionStore(),
+                        ProviderRegistry(override=ScriptedProvider(DESK_REPLIES)), retry_delay=0)
+
+    async def events() -> list[TurnEvent]:
+        return [event async for event in engine.stream("DeskFlow", "A room in Lisbon, please.")]
+
+    seen = asyncio.run(events())
+    tools = [event for event in seen if event.event in ("tool", "tool_result")]
+    assert [(event.event, event.data, event.call) for event in tools] == [
+        ("tool", {"name": "find_rooms"}, None), ("tool", {"name": "book_room"}, None)]
+
+
 # -- through the Lambda handler: the whole stream at once ------------------------------------------------
 
 
@@ -278,6 +355,22 @@ def test_the_ag_ui_http_agent_runs_a_thread_the_server_keeps(serve):
     [stored] = api.stored_sessions().values()
     memory = json.dumps(stored["flow"]["memory"])
     assert "Is a room free?" in memory and "Friday, please." in memory and "All rooms free!" not in memory
+
+
+def test_the_ag_ui_http_agent_reads_the_shown_tool_calls(tmp_path):
+    server = ApiServer(tmp_path / "desk", DESK_REPLIES, None, flows="tests.support.shown_tools_flow")
+    try:
+        [seen] = run_http_agent(f"{server.url}/ag-ui/DeskFlow", thread(), [{"message": "A room in Lisbon?"}])
+    finally:
+        server.stop()
+    assert seen["error"] is None and seen["outcome"] == "success", seen
+    tools = seen["tools"]
+    assert [event["type"] for event in tools] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END",
+                                                  "TOOL_CALL_START", "TOOL_CALL_END", "TOOL_CALL_RESULT"]
+    assert json.loads(tools[1]["delta"]) == {"city": "Lisbon", "nights": 2}
+    assert tools[-1]["content"] == "Room 12 in Lisbon is free for 2 nights."
+    assert shown_tools.CARD not in json.dumps(seen)
+    assert seen["messages"][-1]["content"] == "Room 12 in Lisbon is booked."
 
 
 def test_the_ag_ui_http_agent_sees_a_failed_run_as_a_run_error(serve):

@@ -1,7 +1,7 @@
 """The bundled RefundFlow, whose refund waits for the customer's approval, driven on ``picoflow serve`` through each
 open protocol's interrupt form with a client nobody on the project wrote: AG-UI's ``HttpAgent`` (``RUN_FINISHED``
 outcome ``interrupt``, then ``resume``), the official MCP client (``pendingApprovals``, then ``approvals``), and the
-a2a-sdk client (task ``input-required``, then a data part with the decisions) on the A2A routes in process."""
+a2a-sdk client (task ``input-required``, then a data part with the decisions)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,12 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import ClientConfig, create_client
-from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from flows.refunds import RefundFlow
-from picoflow import FlowEngine
-from picoflow.models.registry import ProviderRegistry
-from picoflow.models.scripted import ScriptedProvider
-from picoflow.protocols.a2a import _data_part, http_app
+from picoflow.protocols.a2a import _data_part
 from tests.support.agui_node import run_http_agent
 from tests.support.browser import ApiServer
 
@@ -33,14 +29,17 @@ CONVERSATION = json.loads((Path(__file__).resolve().parents[1] / "flows/refunds/
 ASKING = CONVERSATION["turns"][:3]
 REPLIES = [reply for turn in ASKING for reply in turn["replies"]]
 ISSUED = "89.00 USD for the Wireless headphones has been issued"
+#: How many refund conversations the A2A test holds on one server, and how long any one request may take there.
+A2A_CONVERSATIONS = 3
+A2A_REQUEST_SECONDS = 20
 
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[[], ApiServer]]:
     servers: list[ApiServer] = []
 
-    def start() -> ApiServer:
-        server = ApiServer(tmp_path / f"api{len(servers)}", REPLIES, None, flows="flows.refunds")
+    def start(conversations: int = 1) -> ApiServer:
+        server = ApiServer(tmp_path / f"api{len(servers)}", REPLIES * conversations, None, flows="flows.refunds")
         servers.append(server)
         return server
 
@@ -85,33 +84,45 @@ def test_mcp_returns_pending_approvals_and_takes_the_decision(serve):
     assert ISSUED in decided["message"] and decided["pendingApprovals"] == []
 
 
-def test_a2a_asks_for_input_and_takes_the_decision_in_a_data_part():
-    # In process (the SDK's routes over httpx's ASGI transport): the same client and JSON-RPC, one event loop.
-    engine = FlowEngine([RefundFlow], providers=ProviderRegistry(override=ScriptedProvider(REPLIES)), retry_delay=0)
-    app = http_app(engine, "RefundFlow", "http://agent/a2a/RefundFlow", bearer=False, caller=None)
-    base = "http://agent/a2a/RefundFlow"
+def test_a2a_asks_for_input_and_takes_the_decision_in_a_data_part(serve):
+    # Several conversations on one server, by send and by streaming send: a task left input-required must not
+    # outlive its request and wedge a later one. Every request has a deadline, so a regression fails, never hangs.
+    api = serve(A2A_CONVERSATIONS)
+    base = f"{api.url}/a2a/RefundFlow"
 
-    async def send(parts: list[Part], context_id: str | None) -> Any:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent",
-                                     timeout=30) as http:
-            client = await create_client(base, client_config=ClientConfig(httpx_client=http, streaming=False))
+    async def send(parts: list[Part], context_id: str | None, streaming: bool) -> Task:
+        async with httpx.AsyncClient(timeout=A2A_REQUEST_SECONDS) as http:
+            client = await create_client(base, client_config=ClientConfig(httpx_client=http, streaming=streaming))
             message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=parts)
             if context_id:
                 message.context_id = context_id
-            return [event async for event in client.send_message(SendMessageRequest(message=message))][-1].task
+            events: list[StreamResponse] = [event async for event in client.send_message(
+                SendMessageRequest(message=message))]
+        task = next(event.task for event in events if event.HasField("task"))
+        updates = [event.status_update for event in events if event.HasField("status_update")]
+        if updates:
+            # A streaming send: the task first, then its state changes; the last one is where it ended.
+            task.status.CopyFrom(updates[-1].status)
+        return task
 
-    async def main() -> tuple[Any, Any]:
+    async def conversation(streaming: bool) -> tuple[Task, Task]:
         context = None
         for turn in ASKING:
-            task = await send([Part(text=turn["user"])], context)
+            task = await send([Part(text=turn["user"])], context, streaming)
             context = task.context_id
-        asked = task
-        data = MessageToDict(asked.status.message.parts[1].data)
+        data = MessageToDict(task.status.message.parts[1].data)
         decision = _data_part({"approvals": [{"id": item["id"], "approved": True}
                                              for item in data["pendingApprovals"]]})
-        return asked, await send([decision], context)
+        return task, await send([decision], context, streaming)
 
-    asked, decided = asyncio.run(main())
-    assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-    assert decided.status.state == TaskState.TASK_STATE_COMPLETED
-    assert ISSUED in decided.status.message.parts[0].text
+    async def main() -> list[tuple[Task, Task]]:
+        return [await conversation(streaming=bool(number % 2)) for number in range(A2A_CONVERSATIONS)]
+
+    for asked, decided in asyncio.run(main()):
+        assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        [pending] = MessageToDict(asked.status.message.parts[1].data)["pendingApprovals"]
+        assert pending["tool"] == "refund_item" and pending["arguments"] == {"sku": "HP-200", "reason": "defective"}
+        assert decided.context_id == asked.context_id
+        assert decided.status.state == TaskState.TASK_STATE_COMPLETED
+        assert ISSUED in decided.status.message.parts[0].text
+    assert "was destroyed but it is pending" not in api.output()

@@ -1,9 +1,9 @@
 """ASGI applications (the MCP and A2A SDKs' servers) answering API Gateway events through Mangum.
 
-Mangum runs an application on the event loop of the thread that calls it, and the SDKs leave tasks on that loop
-after an answer (an A2A task waiting for input keeps consuming its events). On Lambda every invocation comes on
-the same thread; ``picoflow serve`` invokes the handler on a new thread per request, whose loop would be dropped
-with those tasks pending. So every application runs on one long-lived thread, as on Lambda.
+Mangum runs an application on the event loop of the thread that calls it, and an SDK may leave work on that loop
+after an answer. On Lambda every invocation comes on the same thread;
+``picoflow serve`` invokes the handler on a new thread per request, whose loop would be dropped with that work
+pending. So every application runs on one long-lived thread, as on Lambda.
 """
 
 from __future__ import annotations

@@ -9,18 +9,24 @@ message's data part; the next message of the context answers them with a data pa
 
 What is left out, and why: tasks live for one request (the session is the durable record, so ``tasks/get``,
 resubscription and push notifications are not offered, and a continuation is a new message of the same context,
-not of the same task); text is not streamed piece by piece (a turn may take back text it showed, which A2A
+not of the same task). Each request gets its own SDK request handler, closed once the answer is sent: a task left
+``input-required`` would otherwise keep the SDK's producer and consumer waiting on the event loop for a follow-up
+that never comes to them, until they are destroyed pending and wedge a later request. Text is not streamed piece
+by piece (a turn may take back text it showed, which A2A
 artifacts cannot express), so a streaming send carries the task's state changes and the whole reply.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
@@ -31,14 +37,18 @@ from a2a.types import (
     AgentInterface,
     AgentSkill,
     HTTPAuthSecurityScheme,
+    Message,
     Part,
     SecurityRequirement,
     SecurityScheme,
+    SendMessageRequest,
     StringList,
+    Task,
 )
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from picoflow.engine import FlowEngine
 from picoflow.errors import public_message
@@ -46,7 +56,7 @@ from picoflow.protocols.conversations import open_conversation
 from picoflow.protocols.mcp_server import flow_description
 from picoflow.results import RunResponse, wire_approval
 
-__all__ = ["A2A_PREFIX", "CARD_PATH", "ENDED", "FlowAgent", "agent_card", "http_app"]
+__all__ = ["A2A_PREFIX", "CARD_PATH", "ENDED", "FlowAgent", "TurnRequestHandler", "agent_card", "http_app"]
 
 A2A_PREFIX = "/a2a/"
 CARD_PATH = "/.well-known/agent-card.json"
@@ -54,6 +64,11 @@ PROTOCOL = "a2a-context"
 #: The code and fixed sentence of a message to a context whose conversation has ended.
 ENDED = ("CONTEXT_ENDED", "This conversation has ended; start a new context to talk again.")
 BEARER = "bearer"
+
+# Closing a request's handler while its task waits for input closes the task's event queues under their dispatcher,
+# which the SDK reports as a warning that events may be lost: none are, the task has nothing more to say. Its
+# errors still show.
+logging.getLogger("a2a.server.events.event_queue_v2").setLevel(logging.ERROR)
 
 T = TypeVar("T")
 Submit = Callable[[Coroutine[Any, Any, T]], Awaitable[T]]
@@ -112,10 +127,12 @@ class FlowAgent(AgentExecutor):
             return
         approvals = _approvals(message)
         extra: dict[str, Any] = {"approvals": approvals} if approvals else {}
-        response: RunResponse = await self.submit(self.engine.run(
+        # Shielded: a turn ends on its own, even when the request's handler is closed while it runs (a send that
+        # asked to return at once).
+        response: RunResponse = await asyncio.shield(self.submit(self.engine.run(
             self.flow_name, context.get_user_input() or None, conversation.session_id, deadline=self.deadline,
             idempotency_key=conversation.key, caller=self.caller, request_id=self.request_id, **extra,
-        ))
+        )))
         if not response.success:
             await updater.failed(self._say(updater, response.error_code or "TURN_FAILED", str(response.message)))
             return
@@ -138,17 +155,39 @@ class FlowAgent(AgentExecutor):
         return updater.new_agent_message([Part(text=sentence or public_message(code))], metadata={"code": code})
 
 
+class TurnRequestHandler(DefaultRequestHandler):
+    """The SDK's request handler, answering a send only once its turn has ended: a task lasts one request, so a
+    client's ``returnImmediately`` would leave the turn to a handler that is closed when the answer is sent."""
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
+        """A send, answered with the task where its turn left it."""
+        params.configuration.return_immediately = False
+        answer: Message | Task = await super().on_message_send(params, context)
+        return answer
+
+
 def http_app(engine: FlowEngine, flow_name: str, base_url: str, *, bearer: bool, caller: str | None,
-             submit: Submit[Any] = _here, deadline: float | None = None, request_id: str | None = None) -> Starlette:
-    """The agent's routes for one request: the card at ``/a2a/<flow>/.well-known/agent-card.json`` and JSON-RPC at
-    ``/a2a/<flow>``."""
+             submit: Submit[Any] = _here, deadline: float | None = None, request_id: str | None = None) -> ASGIApp:
+    """The agent's routes: the card at ``/a2a/<flow>/.well-known/agent-card.json`` and JSON-RPC at ``/a2a/<flow>``.
+
+    Every request is answered by a request handler of its own, closed when the answer has been sent, so no task
+    of the SDK outlives the request that started it.
+    """
     card = agent_card(engine, flow_name, base_url, bearer=bearer)
-    executor = FlowAgent(engine, flow_name, caller=caller, submit=submit, deadline=deadline, request_id=request_id)
-    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     path = f"{A2A_PREFIX}{flow_name}"
-    routes = [*create_agent_card_routes(card, card_url=f"{path}{CARD_PATH}"),
-              *create_jsonrpc_routes(handler, rpc_url=path)]
-    return Starlette(routes=routes)
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        executor = FlowAgent(engine, flow_name, caller=caller, submit=submit, deadline=deadline,
+                             request_id=request_id)
+        handler = TurnRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
+        routes = [*create_agent_card_routes(card, card_url=f"{path}{CARD_PATH}"),
+                  *create_jsonrpc_routes(handler, rpc_url=path)]
+        try:
+            await Starlette(routes=routes)(scope, receive, send)
+        finally:
+            await handler.aclose()
+
+    return answer
 
 
 def _approvals(message: Any) -> list[dict[str, Any]]:

@@ -8,8 +8,9 @@ answer pending approvals. Nothing the client sends replaces or rewrites the stor
 
 Turn events map to AG-UI events (``AguiTranslator``): ``step`` to ``STEP_STARTED``/``STEP_FINISHED``, ``delta`` to
 ``TEXT_MESSAGE_START``/``CONTENT``, ``reset`` to ``TEXT_MESSAGE_END`` marked ``discarded`` in its metadata, ``tool``
-to ``TOOL_CALL_START``/``END`` (names only), ``committed`` to ``STATE_SNAPSHOT`` (``state_snapshot``),
-``MESSAGES_SNAPSHOT`` and
+to ``TOOL_CALL_START``/``END`` with ``TOOL_CALL_ARGS`` between them for a call the flow shows (``Flow.show_tool_calls``,
+``@tool(show=...)``), ``tool_result`` to ``TOOL_CALL_RESULT``, ``committed`` to ``STATE_SNAPSHOT``
+(``state_snapshot``), ``MESSAGES_SNAPSHOT`` and
 ``RUN_FINISHED`` (outcome ``interrupt`` while approvals are pending), ``aborted`` to ``RUN_ERROR`` with the code's
 fixed sentence.
 """
@@ -39,7 +40,9 @@ from ag_ui.core import (
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
+    ToolCallArgsEvent,
     ToolCallEndEvent,
+    ToolCallResultEvent,
     ToolCallStartEvent,
 )
 from ag_ui.encoder import EventEncoder
@@ -152,6 +155,8 @@ class AguiTranslator:
         #: The reply shown since the last discard, and the id of the message that carried it.
         self._shown = ""
         self._shown_id: str | None = None
+        #: This run's id of each tool call, by the model's call id.
+        self._calls: dict[str, str] = {}
         #: The ``STATE_SNAPSHOT`` of the run's end (``state_snapshot`` of the committed session).
         self.snapshot: dict[str, Any] = {"step": None, "state": {}}
 
@@ -173,16 +178,35 @@ class AguiTranslator:
         if event.event == "step":
             return [*self._end_message(), *self._end_step(), *self._start_step(str(event.data.get("name")))]
         if event.event == "tool":
-            call_id = self._id("t")
-            name = str(event.data.get("name"))
-            return [*self._end_message(), ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name),
-                    ToolCallEndEvent(tool_call_id=call_id)]
+            return [*self._end_message(), *self._tool_call(event)]
+        if event.event == "tool_result":
+            return self._tool_result(event)
         assert event.response is not None
         response = event.response
         if not response.success:
             closing = self._end_message(discarded=True)
             return [*closing, RunErrorEvent(message=str(response.message), code=response.error_code)]
         return self._finished(event)
+
+    def _tool_call(self, event: TurnEvent) -> list[BaseEvent]:
+        call_id = self._id("t")
+        name = str(event.data.get("name"))
+        events: list[BaseEvent] = [ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name)]
+        call = event.call
+        if call is not None and call.id:
+            self._calls[call.id] = call_id
+            # Only a call the flow shows carries its arguments; any other is told by name.
+            if call.arguments is not None:
+                events.append(ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(call.arguments)))
+        events.append(ToolCallEndEvent(tool_call_id=call_id))
+        return events
+
+    def _tool_result(self, event: TurnEvent) -> list[BaseEvent]:
+        call = event.call
+        call_id = self._calls.get(call.id) if call is not None else None
+        if call is None or call_id is None or call.arguments is None or call.result is None:
+            return []
+        return [ToolCallResultEvent(message_id=self._id("r"), tool_call_id=call_id, content=call.result, role="tool")]
 
     def _text(self, text: str) -> list[BaseEvent]:
         if not text:
@@ -279,7 +303,7 @@ async def run_events(
     text = message if message is not None else new_user_message(run)
     turn = engine.stream(
         flow_name, text, conversation.session_id, config=_config(run), deadline=deadline,
-        idempotency_key=conversation.key, caller=caller, request_id=request_id, **extra,
+        idempotency_key=conversation.key, caller=caller, request_id=request_id, tool_details=True, **extra,
     )
     async for event in turn:
         if event.event == "committed" and event.response is not None and event.response.session:

@@ -39,7 +39,7 @@ from picoflow.transitions import as_transition
 from picoflow.turn import approvals, streaming
 from picoflow.turn.cursor import Reply, apply_transition, deliver_direct, executing_step, read_answer
 from picoflow.turn.model_call import ModelCall, call_model
-from picoflow.turn.tool_dispatch import dispatch_tools
+from picoflow.turn.tool_dispatch import dispatch_tools, shown_arguments
 
 MAX_HOPS_PER_TURN = 64
 
@@ -250,9 +250,13 @@ async def _model_hop(flow: Flow, step: Step, space: Namespace, pending: BaseMess
 
 async def _tool_hop(flow: Flow, step: Step, memory: list[BaseMessage], ai: AIMessage, offer: ModelCall,
                     fallback: ModelSelection | None) -> _Answered | _Again:
+    shown: dict[str, dict[str, Any]] = {}
     if flow.run_context.events is not None:
-        streaming.announce_tools(flow, ai)
+        shown = shown_arguments(flow, step, ai, offer) if flow.run_context.events.details else {}
+        streaming.announce_tools(flow, ai, shown)
     tools = await dispatch_tools(flow, step, ai, offer)
+    if shown:
+        streaming.announce_results(flow, tools.messages, shown)
     # The call and its results are stored together, after whatever the handlers did: a nested
     # child sharing this namespace must never send a tool call whose results are not there yet.
     memory.extend([ai, *tools.messages])

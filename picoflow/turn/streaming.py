@@ -8,11 +8,12 @@ output answer as a whole. The loop decides what the reply is; this module only s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, message_chunk_to_message
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage, message_chunk_to_message
 
-from picoflow.events import EventSink
+from picoflow.events import EventSink, ToolCallView
 from picoflow.messages import content_text, finish_reason
 from picoflow.run_context import execution_frames, worker_view
 from picoflow.step import Step
@@ -48,13 +49,28 @@ def announce_step(flow: Any, step: Step) -> None:
         sink.progress("step", step.id)
 
 
-def announce_tools(flow: Any, ai: AIMessage) -> None:
-    """Tell a streaming client which tools the model called (names only): any text it showed was not the reply."""
+def announce_tools(flow: Any, ai: AIMessage, shown: Mapping[str, dict[str, Any]]) -> None:
+    """Tell a streaming client which tools the model called: any text it showed was not the reply.
+
+    ``shown`` holds the validated arguments of the calls the flow shows, by call id; other calls go by name.
+    """
     sink = turn_sink(flow)
     if sink is not None:
         sink.reset()
         for call in ai.tool_calls:
-            sink.progress("tool", call["name"])
+            call_id = call.get("id") or ""
+            sink.tool_called(ToolCallView(call_id, call["name"], shown.get(call_id) if call_id else None))
+
+
+def announce_results(flow: Any, results: Sequence[BaseMessage], shown: Mapping[str, dict[str, Any]]) -> None:
+    """Tell a streaming client what each shown call returned: the tool message the model reads."""
+    sink = turn_sink(flow)
+    if sink is None:
+        return
+    for message in results:
+        if isinstance(message, ToolMessage) and message.tool_call_id in shown:
+            sink.tool_answered(ToolCallView(message.tool_call_id, str(message.name or ""),
+                                            shown[message.tool_call_id], content_text(message.content)))
 
 
 async def streamed_call(

@@ -25,6 +25,7 @@ from picoflow.step_tools import (
     argument_model,
     group_handler,
     is_effect,
+    shows_call,
     takes_no_arguments,
     tool_handler,
 )
@@ -231,6 +232,22 @@ def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult
     if worker is None or worker.step is not step:
         raise PicoFlowError("direct_result() can only be returned by a tool handler of a run_steps() worker.")
     return result
+
+
+def shown_arguments(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall) -> dict[str, dict[str, Any]]:
+    """The validated arguments of the calls clients may see (``shows_call``), by call id; a call whose arguments
+    fail the schema, or a tool outside the flow's registry (an MCP server's, ``open_file``), is never shown."""
+    calls = ai.tool_calls
+    group = group_handler(step, {call["name"] for call in calls})
+    shown: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        name, call_id = call["name"], call.get("id")
+        if not call_id or name not in offer.tools or not shows_call(flow, name, group or tool_handler(step, name)):
+            continue
+        args = _checked_args(flow, call)
+        if not isinstance(args, ValidationError):
+            shown[call_id] = _as_dict(args)
+    return shown
 
 
 def _checked_args(flow: Flow, call: Mapping[str, Any]) -> dict[str, Any] | BaseModel | ValidationError:

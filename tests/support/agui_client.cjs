@@ -17,6 +17,7 @@ async function main() {
       agent.addMessage({ id: `user-${count}`, role: 'user', content: run.message });
     }
     const types = [];
+    const tools = [];
     let finished = null;
     let error = null;
     let result = null;
@@ -28,6 +29,7 @@ async function main() {
       const answer = await agent.runAgent(resume ? { resume } : {}, {
         onEvent({ event }) {
           types.push(event.type);
+          if (event.type.startsWith('TOOL_CALL_')) tools.push(event);
           if (event.type === 'RUN_FINISHED') finished = event;
           if (event.type === 'RUN_ERROR') error = { message: event.message, code: event.code };
         },
@@ -38,7 +40,7 @@ async function main() {
     }
     interrupts = finished && finished.outcome ? finished.outcome.interrupts || [] : [];
     seen.push({
-      types, result, error,
+      types, tools, result, error,
       outcome: finished && finished.outcome ? finished.outcome.type : null,
       interrupts: finished && finished.outcome ? finished.outcome.interrupts || [] : [],
       messages: agent.messages.map((m) => ({ id: m.id, role: m.role, content: m.content })),

@@ -68,8 +68,9 @@ def run_http_agent(url: str, thread_id: str, runs: list[dict[str, Any]], headers
     A run is ``{"message": text}`` (a user message added before it), optionally ``"history"`` (the agent's messages
     replaced first, as a client that altered its copy would) and ``"resume"`` (the run's resume entries) or
     ``"resumeAll"`` (a payload resolving every interrupt the previous run ended with).
-    Each result holds the event ``types``, the run's ``result``, the ``outcome``/``interrupts`` of RUN_FINISHED,
-    the agent's ``messages`` and ``state`` afterwards, and ``error`` when the run failed.
+    Each result holds the event ``types``, its ``TOOL_CALL_*`` events (``tools``), the run's ``result``, the
+    ``outcome``/``interrupts`` of RUN_FINISHED, the agent's ``messages`` and ``state`` afterwards, and ``error`` when
+    the run failed.
     """
     install_dir = ensure_client()
     config = {"url": url, "threadId": thread_id, "runs": runs, "headers": headers or {}, "modules": str(install_dir)}
