@@ -65,6 +65,7 @@ def test_the_search_turn_calls_up_a_layer_only_into_hooks() -> None:
                    if callee not in CLIMBS_INTO and f"{callee}:{name}" not in CLIMBS_INTO)
     assert not stray, "calls that climb a layer into something other than a hook:\n" + "\n".join(stray)
     # telemetry.py, mcp_transport.py and events.py (the turn's spans, the bounded MCP transport, the turn's
-    # event stream) join the 20 of the split.
-    assert len(files) <= 25, sorted(files)
+    # event stream) join the 20 of the split; usage.py and session/legacy.py (token accounting and the reading
+    # of older documents, once inside messages.py and session/document.py) are entered by every turn too.
+    assert len(files) <= 27, sorted(files)
     assert flow_step_calls <= 10
