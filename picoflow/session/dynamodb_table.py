@@ -19,6 +19,20 @@ PENDING = "pending"
 #: The global secondary index on ``owner`` (keys only) through which ``delete_owner`` finds a principal's items.
 OWNER_INDEX = "owner-index"
 
+#: The table's global secondary indexes, as ``create_table`` and the deployment template both declare them.
+GLOBAL_SECONDARY_INDEXES: tuple[dict[str, Any], ...] = (
+    {
+        "IndexName": OWNER_INDEX,
+        "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    },
+    {
+        "IndexName": REVIEWS_INDEX,
+        "KeySchema": [{"AttributeName": REVIEW_QUEUE, "KeyType": "HASH"}],
+        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": [REVIEWS]},
+    },
+)
+
 
 def item_size(item: dict[str, dict[str, Any]]) -> int:
     """DynamoDB's size of an item of scalar attributes: UTF-8 names plus values (numbers by significant digits)."""
@@ -49,18 +63,7 @@ def create_table(client: Any, table_name: str) -> None:
             {"AttributeName": REVIEW_QUEUE, "AttributeType": "S"},
         ],
         KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": OWNER_INDEX,
-                "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "KEYS_ONLY"},
-            },
-            {
-                "IndexName": REVIEWS_INDEX,
-                "KeySchema": [{"AttributeName": REVIEW_QUEUE, "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": [REVIEWS]},
-            },
-        ],
+        GlobalSecondaryIndexes=[dict(index) for index in GLOBAL_SECONDARY_INDEXES],
         BillingMode="PAY_PER_REQUEST",
     )
     client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
