@@ -20,6 +20,7 @@ from picoflow.files.refs import FileRef
 from picoflow.logger import SessionLogger
 from picoflow.mcp import M, MCPServerSpec, find_server
 from picoflow.models.registry import ModelSelection
+from picoflow.recovery_hooks import RecoveryHooks
 from picoflow.run_context import RunContext, ensure_top_level, execution_frames
 from picoflow.session.document import SESSION_DOC_VERSION, SequenceItem, SessionDoc
 from picoflow.state import deep_merge, read_path
@@ -30,11 +31,10 @@ from picoflow.transitions import step_name
 if TYPE_CHECKING:
     from picoflow.batch import BatchInvoker
     from picoflow.decision import DecisionConfig, DecisionErrorContext
-    from picoflow.recovery import LlmAttemptErrorContext, LlmBlockedContext, LlmErrorContext
     from picoflow.results import RunResponse
 
 
-class Flow:
+class Flow(RecoveryHooks):
     """Subclass this to declare a conversation: its model, steps, tools and restore policy.
 
     A fresh instance serves each request; only the session document survives between turns.
@@ -131,18 +131,6 @@ class Flow:
         wait for each chunk of a streamed reply (10 s by default), e.g. ``{"timeout_ms": 60_000}``; steps may
         override it."""
         return {}
-
-    def should_retry_llm_error(self, context: LlmAttemptErrorContext) -> bool | None:
-        """Consulted when a step's hook returns None: True retries, False stops, None keeps the default (retry)."""
-        return None
-
-    async def on_llm_error(self, context: LlmErrorContext) -> Any:
-        """Consulted when a step's ``on_llm_error`` returns None; None lets the failure propagate."""
-        return None
-
-    async def on_llm_blocked(self, context: LlmBlockedContext) -> Any:
-        """Consulted when a step's ``on_llm_blocked`` returns None; None lets the refusal propagate."""
-        return None
 
     def config_decision(self) -> DecisionConfig | dict[str, Any]:
         """Decision options every ``DecisionStep`` inherits: ``provider``, ``model``, ``timeoutMs``, ``maxRetries``

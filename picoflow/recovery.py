@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from picoflow.errors import PicoFlowError
 from picoflow.models.registry import ModelSelection
@@ -70,46 +70,58 @@ def _status(error: BaseException) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
-class LlmAttemptErrorContext:
-    """What ``should_retry_llm_error`` sees after one model invocation raised."""
+@dataclass(frozen=True, kw_only=True)
+class CallSite:
+    """Where a model or decision call ran: the step, and the provider and model that served it.
+
+    Every context a recovery or decision hook receives starts with these three fields.
+    """
 
     step_id: str
     provider: str
     model: str
-    error: BaseException
-    attempt: int
-    max_attempts: int
+
+    @classmethod
+    def at(cls, step_id: str, selection: ModelSelection, **details: Any) -> Self:
+        """This context for a call of step ``step_id`` on ``selection``, with the context's own ``details``."""
+        return cls(step_id=step_id, provider=selection.provider, model=selection.name, **details)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelCallSite(CallSite):
+    """A model call's site, with the cancellation signal of the parallel worker it runs in (None outside one)."""
+
     signal: CancellationSignal | None = None
 
 
-@dataclass(frozen=True)
-class LlmErrorContext:
+@dataclass(frozen=True, kw_only=True)
+class LlmAttemptErrorContext(ModelCallSite):
+    """What ``should_retry_llm_error`` sees after one model invocation raised."""
+
+    error: BaseException
+    attempt: int
+    max_attempts: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlmErrorContext(ModelCallSite):
     """What ``on_llm_error`` sees once the attempts of a model call produced no accepted response."""
 
     kind: LlmErrorKind
-    step_id: str
-    provider: str
-    model: str
     attempts: int
     stopped_because: StopReason
     error: BaseException | None = None
     last_response: Any = None
-    signal: CancellationSignal | None = None
 
 
-@dataclass(frozen=True)
-class LlmBlockedContext:
+@dataclass(frozen=True, kw_only=True)
+class LlmBlockedContext(ModelCallSite):
     """What ``on_llm_blocked`` sees when a provider refused the prompt or filtered the candidate."""
 
-    step_id: str
-    provider: str
-    model: str
     reason: str
     raw_reason: str | None
     phase: Literal["prompt", "candidate"]
     details: dict[str, Any] = field(default_factory=dict)
-    signal: CancellationSignal | None = None
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,8 @@ from pydantic import BaseModel
 from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.registry import ModelSelection
-from picoflow.recovery import (
-    LlmAttemptErrorContext,
-    LlmBlockedContext,
-    LlmCallPolicy,
-    LlmErrorContext,
-    resolve_call_policy,
-)
+from picoflow.recovery import LlmCallPolicy, resolve_call_policy
+from picoflow.recovery_hooks import RecoveryHooks
 from picoflow.session.document import format_timestamp, validate_namespace
 from picoflow.state import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path
 from picoflow.step_tools import (
@@ -59,7 +54,7 @@ __all__ = [
 ]
 
 
-class Step:
+class Step(RecoveryHooks):
     """Subclass this for each conversational stage; register instances in ``Flow.define_steps``."""
 
     id: ClassVar[str] = ""
@@ -240,18 +235,6 @@ class Step:
     def get_llm_call_policy(self) -> LlmCallPolicy:
         """The flow's call policy with this step's override applied."""
         return resolve_call_policy(self.flow.config_llm_call_policy(), self.config_llm_call_policy())
-
-    def should_retry_llm_error(self, context: LlmAttemptErrorContext) -> bool | None:
-        """After a model invocation raised: True retries, False stops, None asks the flow."""
-        return None
-
-    async def on_llm_error(self, context: LlmErrorContext) -> Any:
-        """Once a model call failed for good: a reply, a route, ``retry_with_model(...)``, or None for the flow."""
-        return None
-
-    async def on_llm_blocked(self, context: LlmBlockedContext) -> Any:
-        """When the provider refused or filtered the call: a safe reply or a route, or None for the flow."""
-        return None
 
     def struct_output_schema(self) -> type[BaseModel] | dict[str, Any] | None:
         """A schema to constrain the model's answer, or None for free text."""

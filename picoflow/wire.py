@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
 SESSION_HEADER = "CHAT_SESSION_ID"
 # API Gateway forwards header names lower-cased; some proxies (sam local among them) drop names with
@@ -24,3 +26,14 @@ def requested_session(headers: Mapping[str, str] | None) -> str | None:
         if value:
             return value
     return None
+
+
+def read_envelope(content_type: str, body: str) -> dict[str, Any] | None:
+    """The turn envelope a response body carries, or None when the body is a step's raw message of its own type."""
+    if not content_type.startswith(JSON):
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and "success" in data else None

@@ -126,11 +126,11 @@ FOLDER_ORDER = [
     # the stored document and the stores that keep it
     "session/", "stores",
     # what the document is made of and written with
-    "logger", "messages", "files/", "results", "events", "transitions",
+    "logger", "usage", "messages", "files/", "results", "events", "transitions",
     # model providers
     "models/", "telemetry",
     # what a turn works with: memory, recovery, decisions, MCP, batches
-    "memory", "recovery", "conversation", "batch", "mcp/", "decision",
+    "memory", "recovery", "recovery_hooks", "conversation", "batch", "mcp/", "decision_questions", "decision",
     # the running turn's context
     "run_context",
     # the authoring surface, and what collects a flow's steps and tools

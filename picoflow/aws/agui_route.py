@@ -8,23 +8,21 @@ flow); a refused request is the usual JSON failure envelope, before any event.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
-import queue
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent
+from ag_ui.core import RunAgentInput, RunErrorEvent
 from pydantic import ValidationError
 
 from picoflow.aws.deadline import InvocationContext, turn_deadline, wait_limit
 from picoflow.aws.observability import logger
 from picoflow.aws.principal import principal
 from picoflow.aws.refusals import Refusal, refusal
+from picoflow.aws.relay import Relay
 from picoflow.aws.requests import RunRequest
 from picoflow.aws.runtime import Runtime, get_runtime
 from picoflow.errors import public_message
@@ -97,34 +95,24 @@ def relay_agui(
     Once ``deliver`` returns False the client is gone: later frames are dropped but the turn runs to its end.
     When the invocation is about to end first, the last frame says the outcome is unknown.
     """
-    limit = wait_limit(context)
-    ends = None if limit is None else time.monotonic() + limit
-    frames: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-    events = agui.run_events(runtime.engine, flow_name, run, caller=caller, deadline=turn_deadline(context),
-                             request_id=request_id, message=message)
 
-    async def pump(source: AsyncIterator[BaseEvent]) -> None:
-        try:
-            async for item in source:
-                frames.put(agui.encode(item))
-        except Exception:  # noqa: BLE001 - the client still gets a last event
-            logger.exception("AG-UI run failed", extra={"requestId": request_id})
-            frames.put(agui.encode(RunErrorEvent(message=public_message("TURN_FAILED"), code="TURN_FAILED")))
-        frames.put(None)
+    async def frames() -> AsyncIterator[str]:
+        async for event in agui.run_events(runtime.engine, flow_name, run, caller=caller,
+                                           deadline=turn_deadline(context), request_id=request_id, message=message):
+            yield agui.encode(event)
 
-    running = asyncio.run_coroutine_threadsafe(pump(events), runtime.loop)
-    listening = True
-    while True:
-        try:
-            frame = frames.get(timeout=None if ends is None else max(ends - time.monotonic(), 0.0))
-        except queue.Empty:
-            running.cancel()
-            logger.error("AG-UI run overran the deadline", extra={"requestId": request_id})
-            frame = agui.encode(RunErrorEvent(message=public_message(_UNKNOWN), code=_UNKNOWN))
-            deliver(frame)
-            return
-        if frame is None:
-            return
-        if listening and deliver(frame) is False:
-            listening = False
-            logger.info("Client left an AG-UI run; the turn goes on", extra={"requestId": request_id})
+    Relay("an AG-UI run", request_id, failed=_failed_frame(request_id), overran=_unknown_frame).relay(
+        runtime, frames, deliver, wait_limit(context)
+    )
+
+
+def _failed_frame(request_id: str) -> Callable[[Exception], str]:
+    def failed(_: Exception) -> str:
+        logger.exception("AG-UI run failed", extra={"requestId": request_id})
+        return agui.encode(RunErrorEvent(message=public_message("TURN_FAILED"), code="TURN_FAILED"))
+
+    return failed
+
+
+def _unknown_frame() -> str:
+    return agui.encode(RunErrorEvent(message=public_message(_UNKNOWN), code=_UNKNOWN))

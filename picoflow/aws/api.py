@@ -33,7 +33,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
 from picoflow import RunResponse
-from picoflow.aws import agui_route, ws_push
+from picoflow.aws import agui_route, files_route, ws_push
 from picoflow.aws.cors import cors_config
 from picoflow.aws.deadline import turn_deadline, wait_limit
 from picoflow.aws.erasure import ErasedEnvelope, erase_owner
@@ -61,22 +61,21 @@ from picoflow.aws.responses import (
     failure_body,
     outcome_unknown,
     turn_response,
+    unavailable,
 )
 from picoflow.aws.runtime import get_runtime, read_session
 from picoflow.aws.streams import stream_http_turn as stream_turn
 from picoflow.errors import (
-    RETRY_AFTER_SECONDS,
-    FileRefusedError,
     FileStoreError,
     PicoFlowError,
     SessionStoreError,
     public_message,
 )
-from picoflow.files.intake import TakenFiles, open_upload, take_files
+from picoflow.files.intake import TakenFiles
 from picoflow.files.store import UploadTicket
 from picoflow.protocols.agui import EVENT_STREAM
 from picoflow.results import wire_approval
-from picoflow.wire import JSON, RETRY_AFTER_HEADER, requested_session
+from picoflow.wire import JSON, requested_session
 
 __all__ = ["app", "lambda_handler", "openapi_schema", "read_session", "stream_protocol", "stream_turn"]
 
@@ -126,7 +125,10 @@ def run_turn(
     if session_id:
         correlate(session_id)
     runtime, request_id, started = get_runtime(), _request_id(), time.perf_counter()
-    files = _take_files(request, session_id, request_id) if request.files else TakenFiles()
+    files = (
+        files_route.take_turn_files(request, session_id, _caller(), request_id, app.lambda_context)
+        if request.files else TakenFiles()
+    )
     if isinstance(files, Response):
         return files
     turn = runtime.engine.run(
@@ -163,46 +165,9 @@ def open_file_upload(
     session: SessionHeader = None,
     session_hyphenated: SessionHeaderHyphenated = None,
 ) -> Response[str]:
-    session_id = session or session_hyphenated or None
-    runtime, request_id = get_runtime(), _request_id()
-    store = runtime.engine.file_store
-    if store is None:
-        return _refuse(Refusal(400, "FILES_DISABLED", public_message("FILES_DISABLED")))
-    opening = open_upload(
-        store, runtime.file_policy, name=request.name, content_type=request.content_type, size=request.size,
-        caller=_caller(), session_id=session_id,
+    return files_route.open_file_upload(
+        request, session or session_hyphenated or None, _caller(), _request_id(), app.lambda_context
     )
-    try:
-        ticket = runtime.call(opening, timeout=wait_limit(app.lambda_context))
-    except (FileRefusedError, FileStoreError, TimeoutError) as exc:
-        return _file_failure(exc, session_id, request_id)
-    metrics.add_metric(name="UploadsOpened", unit=MetricUnit.Count, value=1)
-    return envelope(200, ticket.model_dump(by_alias=True), echoable(session_id))
-
-
-def _take_files(request: RunRequest, session_id: str | None, request_id: str) -> TakenFiles | Response[str]:
-    """The turn's files, checked (the engine stores inline ones once the turn may run); or the refusal."""
-    runtime = get_runtime()
-    store = runtime.engine.file_store
-    if store is None:
-        return _refuse(Refusal(400, "FILES_DISABLED", public_message("FILES_DISABLED")))
-    taking = take_files(
-        store, runtime.file_policy, file_ids=request.file_ids(), inline=request.inline_files(), caller=_caller(),
-        session_id=session_id,
-    )
-    try:
-        return runtime.call(taking, timeout=wait_limit(app.lambda_context))
-    except (FileRefusedError, FileStoreError, TimeoutError) as exc:
-        return _file_failure(exc, session_id, request_id)
-
-
-def _file_failure(error: Exception, session_id: str | None, request_id: str) -> Response[str]:
-    if isinstance(error, FileRefusedError):
-        logger.info("Files refused", extra={"code": error.code, "statusCode": error.status_code})
-        return failure(error.status_code, error.code, session_id or "", request_id)
-    logger.error("File store failed", extra={"errorType": type(error).__name__})
-    retry = {RETRY_AFTER_HEADER: str(RETRY_AFTER_SECONDS["FILE_STORE_ERROR"])}
-    return failure(503, "FILE_STORE_ERROR", session_id or "", request_id, retry)
 
 
 @app.post(
@@ -228,8 +193,7 @@ def end_session(
     try:
         outcome = runtime.call(ending, timeout=wait_limit(app.lambda_context))
     except TimeoutError:
-        retry = {RETRY_AFTER_HEADER: str(RETRY_AFTER_SECONDS["SESSION_STORE_ERROR"])}
-        return failure(503, "SESSION_STORE_ERROR", session_id or "", _request_id(), retry)
+        return unavailable("SESSION_STORE_ERROR", session_id or "", _request_id())
     session_id = echoable(outcome.get("session"))
     if outcome.get("success"):
         metrics.add_metric(name="SessionsEnded", unit=MetricUnit.Count, value=1)
@@ -337,7 +301,7 @@ def erase_me() -> Response[str]:
     except (TimeoutError, SessionStoreError, FileStoreError) as error:
         code = "FILE_STORE_ERROR" if isinstance(error, FileStoreError) else "SESSION_STORE_ERROR"
         logger.error("Erasure failed", extra={"code": code, "errorType": type(error).__name__})
-        return failure(503, code, "", _request_id(), {RETRY_AFTER_HEADER: str(RETRY_AFTER_SECONDS[code])})
+        return unavailable(code, "", _request_id())
     metrics.add_metric(name="PrincipalsErased", unit=MetricUnit.Count, value=1)
     return envelope(200, {"success": True, "sessions": erased.sessions, "files": erased.files})
 

@@ -16,7 +16,7 @@ from picoflow import RunResponse
 from picoflow.aws.idempotency import retry_headers
 from picoflow.errors import RETRY_AFTER_SECONDS, public_message
 from picoflow.lifecycle import SESSION_ID_PATTERN
-from picoflow.wire import JSON, PLAIN_TEXT, SESSION_HEADER
+from picoflow.wire import JSON, PLAIN_TEXT, RETRY_AFTER_HEADER, SESSION_HEADER
 
 
 # The sentences of the codes only this adapter answers; the engine's codes have theirs in picoflow.errors.
@@ -109,6 +109,11 @@ def failure(
     """A failure response for a request that names ``session`` (echoed only when well-formed)."""
     session = echoable(session)
     return envelope(status_code, failure_body(code, session, request_id, message), session, headers)
+
+
+def unavailable(code: str, session: str, request_id: str) -> Response[str]:
+    """A 503 failure of ``code`` (a store that failed or ran out of time), telling the client when to retry."""
+    return failure(503, code, session, request_id, {RETRY_AFTER_HEADER: str(RETRY_AFTER_SECONDS[code])})
 
 
 def turn_response(result: RunResponse) -> Response[str]:

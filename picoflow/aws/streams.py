@@ -8,14 +8,12 @@ has gone does not stop the turn: it runs to its commit, so a keyed retry gets th
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
-import queue
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +21,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from picoflow.aws.deadline import InvocationContext, turn_deadline, wait_limit
 from picoflow.aws.idempotency import IdempotencyKey
-from picoflow.aws.observability import logger
 from picoflow.aws.principal import principal
 from picoflow.aws.refusals import Refusal, refusal
+from picoflow.aws.relay import Relay
 from picoflow.aws.requests import RunRequest, SessionId, parse_json_body
 from picoflow.aws.responses import outcome_unknown
 from picoflow.aws.runtime import Runtime, get_runtime
@@ -127,36 +125,25 @@ def relay_turn(
     if isinstance(files, RunResponse):
         deliver(TurnEvent.ending(files))
         return files
-    events: queue.SimpleQueue[TurnEvent] = queue.SimpleQueue()
     request = turn.request
 
-    async def pump() -> None:
-        try:
-            async for event in runtime.engine.stream(
-                request.flow_name, request.message, turn.session_id, request.config, deadline=turn_deadline(context),
-                idempotency_key=turn.idempotency_key, caller=caller, request_id=request_id, files=files.refs,
-                file_data=files.data, inline_files=files.inline, approvals=request.decisions(),
-            ):
-                events.put(event)
-        except Exception as exc:  # noqa: BLE001 - the client still gets its final event
-            failed = PicoFlowError("The turn's stream failed.", code="TURN_FAILED")
-            events.put(TurnEvent.ending(RunResponse.failure(failed, turn.session_id or "", request_id, cause=exc)))
+    def events() -> AsyncIterator[TurnEvent]:
+        return runtime.engine.stream(
+            request.flow_name, request.message, turn.session_id, request.config, deadline=turn_deadline(context),
+            idempotency_key=turn.idempotency_key, caller=caller, request_id=request_id, files=files.refs,
+            file_data=files.data, inline_files=files.inline, approvals=request.decisions(),
+        )
 
-    running = asyncio.run_coroutine_threadsafe(pump(), runtime.loop)
-    listening = True
-    while True:
-        try:
-            event = events.get(timeout=None if ends is None else max(ends - time.monotonic(), 0.0))
-        except queue.Empty:
-            running.cancel()
-            logger.error("Streamed turn overran the deadline", extra={"requestId": request_id})
-            event = TurnEvent.ending(outcome_unknown(request_id, turn.session_id))
-        if listening and not deliver(event):
-            listening = False
-            logger.info("Client left a streamed turn; the turn goes on", extra={"requestId": request_id})
-        if event.final:
-            assert event.response is not None
-            return event.response
+    def failed(exc: Exception) -> TurnEvent:
+        error = PicoFlowError("The turn's stream failed.", code="TURN_FAILED")
+        return TurnEvent.ending(RunResponse.failure(error, turn.session_id or "", request_id, cause=exc))
+
+    relay = Relay("a streamed turn", request_id, failed=failed,
+                  overran=lambda: TurnEvent.ending(outcome_unknown(request_id, turn.session_id)))
+    # The files were taken within the same limit: what is left of it bounds the turn.
+    last = relay.relay(runtime, events, deliver, None if ends is None else max(ends - time.monotonic(), 0.0))
+    assert last.final and last.response is not None
+    return last.response
 
 
 def _take_files(

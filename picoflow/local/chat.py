@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import IO, Any, TextIO
 
-from picoflow.wire import JSON, SESSION_HEADER
+from picoflow.wire import JSON, SESSION_HEADER, read_envelope
 
 # A little above the function timeout, so the server's own error arrives before ours.
 REQUEST_TIMEOUT_SECONDS = 35.0
@@ -43,13 +43,7 @@ class Reply:
     @property
     def envelope(self) -> dict[str, Any] | None:
         """The parsed JSON envelope, or None when the body is a raw (non-envelope) message."""
-        if not self.content_type.startswith(JSON):
-            return None
-        try:
-            data = json.loads(self.text)
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) and "success" in data else None
+        return read_envelope(self.content_type, self.text)
 
 
 class UploadError(RuntimeError):

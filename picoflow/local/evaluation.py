@@ -29,7 +29,7 @@ from picoflow.local.inspector import SESSION_ROUTE, session_reader
 from picoflow.local.judge import Judge, JudgeCase
 from picoflow.local.project import LambdaHandler
 from picoflow.local.scenario import Scenario, ScenarioTurn
-from picoflow.wire import JSON, SESSION_HEADER, SESSION_HEADER_SPELLINGS
+from picoflow.wire import JSON, SESSION_HEADER, SESSION_HEADER_SPELLINGS, read_envelope
 
 # A little above the deployed function's 25 s, so the API's own timeout answer arrives first.
 REQUEST_TIMEOUT_SECONDS = 35.0
@@ -55,13 +55,7 @@ class Exchange:
     @property
     def envelope(self) -> dict[str, Any] | None:
         """The JSON envelope, or None when the step answered with a raw body of its own content type."""
-        if not self.headers.get("content-type", "").startswith(JSON):
-            return None
-        try:
-            data = json.loads(self.body)
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) and "success" in data else None
+        return read_envelope(self.headers.get("content-type", ""), self.body)
 
     @property
     def session(self) -> str | None:

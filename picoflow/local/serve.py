@@ -18,10 +18,11 @@ import re
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 from picoflow.aws.apigw import FakeLambdaContext, http_event
@@ -42,6 +43,8 @@ from picoflow.local.project import (
 from picoflow.local.readiness import startup_warnings
 from picoflow.local.tool_catalog import ToolCatalog, cached, tool_catalog
 from picoflow.wire import JSON
+
+T = TypeVar("T")
 
 EVENT_STREAM = "text/event-stream"
 RUN_PATH = "/ai/run"
@@ -202,36 +205,36 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         """Answer a turn as server-sent events; False (nothing sent) for a request the handler must refuse."""
         if self.server.stream_turn is None:
             return False
-        started = False
 
-        def deliver(turn_event: TurnEvent) -> bool:
-            nonlocal started
-            if not started:
-                started = True
-                self._start_event_stream()
-            return self._send_event(turn_event)
+        def send(turn_event: TurnEvent) -> bool:
+            return self._write(sse_frame(turn_event))
 
-        return self.server.stream_turn(event, deliver, FakeLambdaContext(timeout_ms=_function_timeout_ms()))
+        context = FakeLambdaContext(timeout_ms=_function_timeout_ms())
+        return self.server.stream_turn(event, self._opening_stream(send), context)
 
     def _stream_protocol(self, event: dict[str, Any]) -> bool:
         """Answer an open protocol's streamed route frame by frame; False (nothing sent) for any other request."""
         if self.server.stream_protocol is None:
             return False
+
+        def send(frame: Any) -> bool:
+            return self._write(str(frame).encode("utf-8"))
+
+        context = FakeLambdaContext(timeout_ms=_function_timeout_ms())
+        return self.server.stream_protocol(event, self._opening_stream(send), context)
+
+    def _opening_stream(self, send: Callable[[T], bool]) -> Callable[[T], bool]:
+        """``send``, with the event stream's status and headers going out before its first item."""
         started = False
 
-        def deliver(frame: Any) -> bool:
+        def deliver(item: T) -> bool:
             nonlocal started
             if not started:
                 started = True
                 self._start_event_stream()
-            try:
-                self.wfile.write(str(frame).encode("utf-8"))
-                self.wfile.flush()
-            except OSError:
-                return False
-            return True
+            return send(item)
 
-        return self.server.stream_protocol(event, deliver, FakeLambdaContext(timeout_ms=_function_timeout_ms()))
+        return deliver
 
     def _start_event_stream(self) -> None:
         self.send_response(200)
@@ -246,9 +249,10 @@ class _ProxyRequestHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
 
-    def _send_event(self, event: TurnEvent) -> bool:
+    def _write(self, data: bytes) -> bool:
+        """Send ``data`` at once; False when the client has gone."""
         try:
-            self.wfile.write(sse_frame(event))
+            self.wfile.write(data)
             self.wfile.flush()
         except OSError:
             return False

@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import InputTokenDetails, OutputTokenDetails, UsageMetadata
 from langchain_core.messages.tool import ToolCallChunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
@@ -22,7 +22,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
-from picoflow.errors import IllegalConversationError, PicoFlowError, ScriptedModelError, ScriptExhaustedError
+from picoflow.errors import PicoFlowError, ScriptedModelError, ScriptExhaustedError
 from picoflow.files.refs import KNOWN_TYPES
 from picoflow.messages import FINISH_KEYS
 from picoflow.models.anthropic import ANTHROPIC_VOCABULARY
@@ -30,6 +30,8 @@ from picoflow.models.bedrock import BEDROCK_VOCABULARY
 from picoflow.models.calls import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
 from picoflow.models.google import GOOGLE_VOCABULARY
 from picoflow.models.openai import OPENAI_VOCABULARY
+from picoflow.models.conversations import check_conversation as check_conversation
+from picoflow.models.conversations import conversation_problems as conversation_problems
 from picoflow.models.registry import ModelProvider, ModelSelection
 from picoflow.parsing import strip_fence
 
@@ -183,43 +185,37 @@ class ScriptedChatModel(BaseChatModel):
         return {"provider": self.provider.name, "model": self.selection.name}
 
     def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
     ) -> ChatResult:
-        turn = self.provider._take(messages, _tool_names(kwargs.get("tools")), self.selection)
+        turn = self._turn(messages, kwargs)
         if turn.delay:
             time.sleep(turn.delay)
         return turn.result()
 
     async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
     ) -> ChatResult:
-        turn = self.provider._take(messages, _tool_names(kwargs.get("tools")), self.selection)
-        if turn.delay:
-            await asyncio.sleep(turn.delay)
-        return turn.result()
+        return (await self._arriving(messages, kwargs)).result()
 
     async def _astream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
     ) -> AsyncIterator[ChatGenerationChunk]:
-        turn = self.provider._take(messages, _tool_names(kwargs.get("tools")), self.selection)
-        if turn.delay:
-            await asyncio.sleep(turn.delay)
+        turn = await self._arriving(messages, kwargs)
         for index, chunk in enumerate(turn.chunks()):
             if index and turn.chunk_delay:
                 await asyncio.sleep(turn.chunk_delay)
             yield chunk
+
+    def _turn(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> _Turn:
+        # The tools a call was bound with arrive among its keyword arguments.
+        return self.provider._take(messages, _tool_names(kwargs.get("tools")), self.selection)
+
+    async def _arriving(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> _Turn:
+        """The next scripted turn, once its delay has passed without blocking the loop."""
+        turn = self._turn(messages, kwargs)
+        if turn.delay:
+            await asyncio.sleep(turn.delay)
+        return turn
 
     def bind_tools(
         self,
@@ -451,75 +447,3 @@ def _parse_structured(message: AIMessage, schema: dict[str, Any] | type) -> Any:
     if not isinstance(data, dict):
         raise OutputParserException("The scripted reply's structured output is not a JSON object.")
     return data
-
-
-# -- the conversations a chat service accepts ---------------------------------------------------
-
-
-def _shape(message: BaseMessage | Mapping[str, Any]) -> tuple[str, Any, list[str], str | None]:
-    """(role, content, ids of the tool calls it makes, id of the call it answers)."""
-    if isinstance(message, Mapping):
-        calls = [str(call.get("id")) for call in message.get("tool_calls") or []]
-        return str(message.get("role")), message.get("content"), calls, message.get("tool_call_id")
-    if isinstance(message, SystemMessage):
-        return "system", message.content, [], None
-    if isinstance(message, HumanMessage):
-        return "user", message.content, [], None
-    if isinstance(message, AIMessage):
-        return "assistant", message.content, [str(call.get("id")) for call in message.tool_calls], None
-    if isinstance(message, ToolMessage):
-        return "tool", message.content, [], message.tool_call_id
-    return type(message).__name__, message.content, [], None
-
-
-def conversation_problems(messages: Sequence[BaseMessage | Mapping[str, Any]]) -> list[str]:
-    """Every rule ``messages`` break, in order; empty when the service would accept them."""
-    problems: list[str] = []
-    if not messages:
-        return ["the request has no messages"]
-    pending: list[str] = []  # tool call ids still waiting for their results
-    seen_other = False
-    for index, message in enumerate(messages):
-        role, content, calls, answers = _shape(message)
-        where = f"message {index} ({role})"
-        if role != "tool" and pending:
-            problems.append(f"{where} comes before the results of tool calls {', '.join(pending)}")
-            pending = []
-        if role == "system":
-            if seen_other:
-                problems.append(f"{where} follows the conversation; system messages lead it")
-        elif role == "user":
-            seen_other = True
-            if not _has_text(content):
-                problems.append(f"{where} has empty content")
-        elif role == "assistant":
-            seen_other = True
-            if not calls and not _has_text(content):
-                problems.append(f"{where} has neither content nor tool calls")
-            if len(set(calls)) != len(calls):
-                problems.append(f"{where} repeats a tool call id")
-            pending = list(calls)
-        elif role == "tool":
-            seen_other = True
-            if answers not in pending:
-                problems.append(f"{where} answers {answers!r}, which no preceding assistant message is waiting for")
-            else:
-                pending.remove(answers)
-        else:
-            problems.append(f"{where} has an unknown role")
-    if pending:
-        problems.append(f"the request ends before the results of tool calls {', '.join(pending)}")
-    return problems
-
-
-def check_conversation(messages: Sequence[BaseMessage | Mapping[str, Any]]) -> None:
-    """Raise ``IllegalConversationError`` naming the first broken rule, if any."""
-    problems = conversation_problems(messages)
-    if problems:
-        raise IllegalConversationError(f"The chat service would refuse this request: {problems[0]}.")
-
-
-def _has_text(content: Any) -> bool:
-    if isinstance(content, str):
-        return bool(content.strip())
-    return bool(content)

@@ -92,12 +92,10 @@ async def check_chosen_id_and_item_data(store: SessionStore) -> None:
     chosen = base64.b32encode(os.urandom(10)).decode().lower()
     created = await store.create(_flow(), session_id=chosen)
     assert created.id == chosen, f"chosen_id: create returned id {created.id!r}, expected {chosen!r}"
-    try:
-        await store.create(_flow(), session_id=chosen)
-    except SessionConflictError:
-        pass
-    else:
-        raise AssertionError("chosen_id: a second create under the same id did not raise SessionConflictError")
+    await _refused(
+        store.create(_flow(), session_id=chosen), SessionConflictError,
+        "chosen_id: a second create under the same id did not raise SessionConflictError",
+    )
     response = {"message": "hi", "status_code": 200}
     receipt = TurnReceipt(key="k" * 64, request="r" * 64, at=1_800_000_000, response=response)
     created.receipts = [receipt]
@@ -149,29 +147,23 @@ async def check_stale_writes_conflict(store: SessionStore) -> None:
     doc = await store.create(_flow())
     await store.save(doc, 0)
     doc.flow.current_step = "StaleStep"
-    try:
-        await store.save(doc, 0)
-    except SessionConflictError:
-        pass
-    else:
-        raise AssertionError("stale_writes_conflict: a save from revision 0 over revision 1 did not conflict")
-    try:
-        await store.delete(doc.id, 0)
-    except SessionConflictError:
-        pass
-    else:
-        raise AssertionError("stale_writes_conflict: a delete expecting revision 0 over revision 1 did not conflict")
+    await _refused(
+        store.save(doc, 0), SessionConflictError,
+        "stale_writes_conflict: a save from revision 0 over revision 1 did not conflict",
+    )
+    await _refused(
+        store.delete(doc.id, 0), SessionConflictError,
+        "stale_writes_conflict: a delete expecting revision 0 over revision 1 did not conflict",
+    )
     loaded = await _load(store, doc.id, "stale_writes_conflict")
     assert loaded.revision == 1, f"stale_writes_conflict: stored revision became {loaded.revision}, expected 1"
     assert loaded.flow.current_step != "StaleStep", "stale_writes_conflict: the stale save was written"
     missing = await store.create(_flow())
     await store.delete(missing.id)
-    try:
-        await store.save(missing, 0)
-    except SessionConflictError:
-        pass
-    else:
-        raise AssertionError("stale_writes_conflict: saving a deleted session did not conflict")
+    await _refused(
+        store.save(missing, 0), SessionConflictError,
+        "stale_writes_conflict: saving a deleted session did not conflict",
+    )
     assert await store.load(missing.id) is None, "stale_writes_conflict: saving a deleted session recreated it"
 
 
@@ -242,20 +234,13 @@ async def check_load_applies_no_policy(store: SessionStore) -> None:
 async def check_blank_flow_name(store: SessionStore) -> None:
     """A blank flow name is refused with ``SessionFlowInvariantError`` on create and on save."""
     for blank in ("", "   "):
-        try:
-            await store.create(_flow(blank))
-        except SessionFlowInvariantError:
-            pass
-        else:
-            raise AssertionError(f"blank_flow_name: create accepted flow name {blank!r}")
+        await _refused(
+            store.create(_flow(blank)), SessionFlowInvariantError,
+            f"blank_flow_name: create accepted flow name {blank!r}",
+        )
     doc = await store.create(_flow())
     doc.flow.name = "  "
-    try:
-        await store.save(doc, 0)
-    except SessionFlowInvariantError:
-        pass
-    else:
-        raise AssertionError("blank_flow_name: save accepted a blank flow name")
+    await _refused(store.save(doc, 0), SessionFlowInvariantError, "blank_flow_name: save accepted a blank flow name")
     loaded = await _load(store, doc.id, "blank_flow_name")
     assert loaded.revision == 0 and loaded.flow.name == FLOW_NAME, "blank_flow_name: the refused save changed the doc"
 
@@ -264,12 +249,10 @@ async def check_flow_name_rebinding(store: SessionStore) -> None:
     """Saving a document under another flow name than the stored one is a conflict."""
     doc = await store.create(_flow())
     doc.flow.name = "AnotherFlow"
-    try:
-        await store.save(doc, 0)
-    except SessionConflictError:
-        pass
-    else:
-        raise AssertionError("flow_name_rebinding: a save changed the flow bound to the session")
+    await _refused(
+        store.save(doc, 0), SessionConflictError,
+        "flow_name_rebinding: a save changed the flow bound to the session",
+    )
     loaded = await _load(store, doc.id, "flow_name_rebinding")
     assert loaded.flow.name == FLOW_NAME and loaded.revision == 0, "flow_name_rebinding: the stored doc changed"
 
@@ -379,12 +362,16 @@ async def check_owner_erasure(store: SessionStore) -> None:
         "owner_erasure: another owner's journal entry was removed"
     )
     assert await store.delete_owner(owner) == 0, "owner_erasure: a second delete_owner found sessions"
+    await _refused(store.delete_owner(""), ValueError, "owner_erasure: delete_owner('') did not raise ValueError")
+
+
+async def _refused(call: Awaitable[Any], refusal: type[Exception], complaint: str) -> None:
+    """Await ``call``, which must raise ``refusal``; ``complaint`` says what the store did instead."""
     try:
-        await store.delete_owner("")
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("owner_erasure: delete_owner('') did not raise ValueError")
+        await call
+    except refusal:
+        return
+    raise AssertionError(complaint)
 
 
 Check = Callable[[SessionStore], Awaitable[str | None]]

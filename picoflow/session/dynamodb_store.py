@@ -50,23 +50,20 @@ from picoflow.session.document import (
     new_document,
     prepare_write,
 )
+from picoflow.session.dynamodb_table import MAX_ITEM_BYTES as MAX_ITEM_BYTES
+from picoflow.session.dynamodb_table import OWNER_INDEX as OWNER_INDEX
+from picoflow.session.dynamodb_table import PENDING as PENDING
+from picoflow.session.dynamodb_table import REVIEW_QUEUE as REVIEW_QUEUE
+from picoflow.session.dynamodb_table import REVIEWS as REVIEWS
+from picoflow.session.dynamodb_table import REVIEWS_INDEX as REVIEWS_INDEX
+from picoflow.session.dynamodb_table import create_table as create_table
+from picoflow.session.dynamodb_table import item_size as item_size
 from picoflow.session.journal import decode_outcome, encode_outcome, expiry
 from picoflow.session.store import SessionStore
-
-#: DynamoDB's item size limit; it counts attribute names as well as values.
-MAX_ITEM_BYTES = 400 * 1024
 
 COMPRESSION_LEVEL = 6
 #: What a journal entry's ``id`` starts with; ``#`` is never part of a session id.
 EFFECT_ID_PREFIX = "effect#"
-#: The sparse global secondary index of sessions with calls waiting for a reviewer: its key attribute is present
-#: (always ``PENDING``) only on such items, beside the calls themselves in ``REVIEWS`` (JSON text).
-REVIEWS_INDEX = "reviews"
-REVIEW_QUEUE = "reviewQueue"
-REVIEWS = "reviews"
-PENDING = "pending"
-#: The global secondary index on ``owner`` (keys only) through which ``delete_owner`` finds a principal's items.
-OWNER_INDEX = "owner-index"
 #: Passes over the owner index ``delete_owner`` makes at most: the index is updated shortly after each write,
 #: so a pass can still list an item just deleted, or miss one written a moment before the erasure began.
 ERASE_PASSES = 5
@@ -451,54 +448,3 @@ class DynamoDBSessionStore(SessionStore):
             ) from exc
         except BotoCoreError as exc:
             raise SessionStoreError(operation, session_id, f"{type(exc).__name__}: {exc}") from exc
-
-
-def item_size(item: dict[str, dict[str, Any]]) -> int:
-    """DynamoDB's size of an item of scalar attributes: UTF-8 names plus values (numbers by significant digits)."""
-    total = 0
-    for name, value in item.items():
-        total += len(name.encode("utf-8"))
-        if "S" in value:
-            total += len(value["S"].encode("utf-8"))
-        elif "B" in value:
-            total += len(value["B"])
-        elif "N" in value:
-            digits = value["N"].lstrip("-").replace(".", "").strip("0") or "0"
-            total += (len(digits) + 1) // 2 + 1
-        else:
-            raise ValueError(f"item_size handles scalar S, N and B attributes only, not {sorted(value)}")
-    return total
-
-
-def create_table(client: Any, table_name: str) -> None:
-    """Create an on-demand sessions table keyed by ``id`` (S) with the owner index (``OWNER_INDEX``) and the
-    sparse index of calls waiting for a reviewer (``REVIEWS_INDEX``), wait for it, and turn TTL on for
-    ``expiresAt``."""
-    client.create_table(
-        TableName=table_name,
-        AttributeDefinitions=[
-            {"AttributeName": "id", "AttributeType": "S"},
-            {"AttributeName": "owner", "AttributeType": "S"},
-            {"AttributeName": REVIEW_QUEUE, "AttributeType": "S"},
-        ],
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": OWNER_INDEX,
-                "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "KEYS_ONLY"},
-            },
-            {
-                "IndexName": REVIEWS_INDEX,
-                "KeySchema": [{"AttributeName": REVIEW_QUEUE, "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": [REVIEWS]},
-            },
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
-    # Some emulators do not implement TTL; the table works without it.
-    with contextlib.suppress(ClientError):
-        client.update_time_to_live(
-            TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"}
-        )

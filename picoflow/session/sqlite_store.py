@@ -130,10 +130,6 @@ class SQLiteSessionStore(SessionStore):
         text = self._encode(doc)
 
         def insert(conn: sqlite3.Connection) -> bool:
-            with _transaction(conn):
-                return _insert_row(conn)
-
-        def _insert_row(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
                 "INSERT OR IGNORE INTO session (id, flow_name, revision, run_status, save_on, doc, owner) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -143,7 +139,7 @@ class SQLiteSessionStore(SessionStore):
                 _index_reviews(conn, doc)
             return cursor.rowcount == 1
 
-        return await self._run(operation, doc.id, insert)
+        return await self._run_in_transaction(operation, doc.id, insert)
 
     async def insert(self, doc: SessionDoc) -> SessionDoc:
         written = prepare_write(doc, 0)
@@ -156,10 +152,6 @@ class SQLiteSessionStore(SessionStore):
         text = self._encode(written)
 
         def update(conn: sqlite3.Connection) -> int:
-            with _transaction(conn):
-                return _update_row(conn)
-
-        def _update_row(conn: sqlite3.Connection) -> int:
             cursor = conn.execute(
                 "UPDATE session SET revision = ?, run_status = ?, save_on = ?, doc = ? "
                 "WHERE id = ? AND revision = ? AND flow_name = ?",
@@ -177,16 +169,12 @@ class SQLiteSessionStore(SessionStore):
                 _index_reviews(conn, written)
             return cursor.rowcount
 
-        if await self._run("save", written.id, update) != 1:
+        if await self._run_in_transaction("save", written.id, update) != 1:
             raise SessionConflictError(written.id)
         return written
 
     async def delete(self, session_id: str, expected_revision: int | None = None) -> None:
         def remove(conn: sqlite3.Connection) -> int:
-            with _transaction(conn):
-                return _remove_row(conn)
-
-        def _remove_row(conn: sqlite3.Connection) -> int:
             if expected_revision is None:
                 conn.execute("DELETE FROM session WHERE id = ?", (session_id,))
                 conn.execute("DELETE FROM pending_review WHERE session_id = ?", (session_id,))
@@ -196,7 +184,7 @@ class SQLiteSessionStore(SessionStore):
                 conn.execute("DELETE FROM pending_review WHERE session_id = ?", (session_id,))
             return cursor.rowcount
 
-        if await self._run("delete", session_id, remove) != 1:
+        if await self._run_in_transaction("delete", session_id, remove) != 1:
             raise SessionConflictError(session_id)
 
     async def load_effect(self, session_id: str, key: str) -> dict[str, Any] | None:
@@ -267,6 +255,17 @@ class SQLiteSessionStore(SessionStore):
         if self.max_document_bytes is not None and len(encoded) > self.max_document_bytes:
             raise SessionTooLargeError(doc.id, len(encoded), self.max_document_bytes)
         return encoded.decode("utf-8")
+
+    async def _run_in_transaction(
+        self, operation: str, session_id: str, work: Callable[[sqlite3.Connection], T]
+    ) -> T:
+        """``work`` inside one transaction (a session's row and its reviewer index rows change together)."""
+
+        def transact(conn: sqlite3.Connection) -> T:
+            with _transaction(conn):
+                return work(conn)
+
+        return await self._run(operation, session_id, transact)
 
     async def _run(self, operation: str, session_id: str, work: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:

@@ -29,6 +29,7 @@ from picoflow.decision_step import DecisionStep
 from picoflow.errors import DecisionValidationError, ParallelCancelledError, PicoFlowError
 from picoflow.logger import library_log
 from picoflow.recovery import is_transient_error
+from picoflow.recovery_hooks import first_answer
 from picoflow.run_context import TurnServices, cancellation_signal
 from picoflow.session.document import DecisionUsage, SessionDoc, TokenUsage
 from picoflow.transitions import Transition, as_transition, handling
@@ -58,24 +59,15 @@ async def decide(step: DecisionStep) -> Transition:
         except DecisionValidationError as exc:
             step.flow.logger.warn("decision answers rejected", step=step.id, error=exc.message)
             outcome = exc
+    # What both contexts report of the call, whichever hook hears of it.
+    asked = {"request": conversation.request, "prior_requests": conversation.prior_requests, "attempts": attempts}
     if isinstance(outcome, Exception):
-        error_context = DecisionErrorContext(
-            step_id=step.id,
-            provider=selection.provider,
-            model=selection.name,
-            attempts=attempts,
-            request=conversation.request,
-            prior_requests=conversation.prior_requests,
-        )
-        return await _recover(step, outcome, error_context)
-    context = DecisionContext(
-        step_id=step.id,
-        provider=selection.provider,
-        model=selection.name,
-        request=conversation.request,
-        prior_requests=conversation.prior_requests,
+        return await _recover(step, outcome, DecisionErrorContext.at(step.id, selection, **asked))
+    context = DecisionContext.at(
+        step.id,
+        selection,
+        **asked,
         facts=facts,
-        attempts=attempts,
         duration_ms=int((time.monotonic() - started) * 1000),
         usage=outcome.usage,
         request_id=outcome.request_id,
@@ -180,9 +172,7 @@ def _attempt_timeout(timeout_ms: int | None) -> float | None:
 async def _recover(step: DecisionStep, error: Exception, context: DecisionErrorContext) -> Transition:
     try:
         with handling(step, None):
-            answer = await step.on_decision_error(error, context)
-            if answer is None:
-                answer = await step.flow.on_decision_error(error, context)
+            answer = await first_answer(owner.on_decision_error(error, context) for owner in (step, step.flow))
         transition = None if answer is None else _route(step, answer, "on_decision_error()")
     except Exception as handler_error:
         # The turn fails with the handler's error; the decision failure that started it would be lost otherwise.

@@ -18,7 +18,6 @@ from langchain_core.runnables import Runnable
 from picoflow import telemetry
 from picoflow.deadline import time_left
 from picoflow.errors import (
-    LlmBlockedError,
     ModelNotConfiguredError,
     ModelUnavailableError,
     ParallelCancelledError,
@@ -49,8 +48,8 @@ from picoflow.recovery import (
     LlmErrorKind,
     RetryWithModel,
     StopReason,
-    is_transient_error,
 )
+from picoflow.recovery_hooks import handle_block, recover_from_error, should_retry
 from picoflow.run_context import cancellation_signal
 from picoflow.step import Step
 from picoflow.step_tools import offered_names
@@ -163,18 +162,11 @@ async def call_model(flow: Flow, step: Step, offer: ModelCall, fallback: ModelSe
 
 
 async def _recover(flow: Flow, step: Step, selection: ModelSelection, failure: Failure) -> Any:
-    context = LlmErrorContext(
-        kind=failure.kind,
-        step_id=step.id,
-        provider=selection.provider,
-        model=selection.name,
-        attempts=failure.attempts,
-        stopped_because=failure.stopped_because,
-        error=failure.error,
-        last_response=failure.last_response,
-        signal=cancellation_signal(flow),
+    context = LlmErrorContext.at(
+        step.id, selection, kind=failure.kind, attempts=failure.attempts, stopped_because=failure.stopped_because,
+        error=failure.error, last_response=failure.last_response, signal=cancellation_signal(flow),
     )
-    answer = await recover_from_error(step, context)
+    answer = await recover_from_error((step, step.flow), context)
     if answer is None:
         vocabulary = flow.run_context.require_services().providers.vocabulary(selection)
         raise failure.as_error(selection, vocabulary) from failure.error
@@ -183,17 +175,11 @@ async def _recover(flow: Flow, step: Step, selection: ModelSelection, failure: F
 
 async def _blocked(flow: Flow, step: Step, selection: ModelSelection, block: Block) -> ModelOutcome:
     flow.logger.warn("model call blocked by the provider", step=step.id, reason=block.reason, phase=block.phase)
-    context = LlmBlockedContext(
-        step_id=step.id,
-        provider=selection.provider,
-        model=selection.name,
-        reason=block.reason,
-        raw_reason=block.raw_reason,
-        phase=block.phase,
-        details=block.details,
+    context = LlmBlockedContext.at(
+        step.id, selection, reason=block.reason, raw_reason=block.raw_reason, phase=block.phase, details=block.details,
         signal=cancellation_signal(flow),
     )
-    return ModelOutcome(answer=await handle_block(step, context))
+    return ModelOutcome(answer=await handle_block((step, step.flow), context))
 
 
 # -- the attempts ---------------------------------------------------------------------------------
@@ -258,9 +244,9 @@ async def _attempts(
             return result
         failure = result
         # Only an invocation that raised asks whether to retry: the other failures go on to the next attempt.
-        if attempt < budget and failure.error is not None and not should_retry(step, LlmAttemptErrorContext(
-            step_id=step.id, provider=selection.provider, model=selection.name, error=failure.error,
-            attempt=attempt, max_attempts=budget, signal=signal,
+        if attempt < budget and failure.error is not None and not await should_retry((step, step.flow), (
+            LlmAttemptErrorContext.at(step.id, selection, error=failure.error, attempt=attempt, max_attempts=budget,
+                                      signal=signal)
         )):
             return dataclasses.replace(failure, stopped_because="retry_declined")
     return failure
@@ -372,42 +358,3 @@ def _attempt_timeout(policy_ms: int | None) -> float | None:
     remaining = time_left("the next model call")
     limits = [limit for limit in (remaining, policy_ms / 1000 if policy_ms else None) if limit is not None]
     return min(limits) if limits else None
-
-
-# -- recovery hooks -------------------------------------------------------------------------------
-
-
-def should_retry(step: Step, context: LlmAttemptErrorContext) -> bool:
-    """The step's decision, else the flow's, else ``is_transient_error``."""
-    for owner in (step, step.flow):
-        decision = owner.should_retry_llm_error(context)
-        if decision is not None:
-            return bool(decision)
-    return is_transient_error(context.error)
-
-
-async def recover_from_error(step: Step, context: LlmErrorContext) -> Any:
-    """The first non-None answer of ``on_llm_error`` on the step, then on the flow."""
-    answer = await step.on_llm_error(context)
-    if answer is None:
-        answer = await step.flow.on_llm_error(context)
-    return _unless_cancelled(context, answer)
-
-
-async def handle_block(step: Step, context: LlmBlockedContext) -> Any:
-    """The first non-None answer of ``on_llm_blocked`` on the step, then on the flow; else raise."""
-    answer = await step.on_llm_blocked(context)
-    if answer is None:
-        answer = await step.flow.on_llm_blocked(context)
-    if answer is None:
-        raise LlmBlockedError(context)
-    if isinstance(answer, RetryWithModel):
-        raise PicoFlowError("on_llm_blocked() cannot switch models; return a safe reply or a route instead.")
-    return _unless_cancelled(context, answer)
-
-
-def _unless_cancelled(context: LlmErrorContext | LlmBlockedContext, answer: Any) -> Any:
-    # A cancelled parallel worker stops here, whatever its hooks answered meanwhile.
-    if context.signal is not None:
-        context.signal.raise_if_cancelled()
-    return answer

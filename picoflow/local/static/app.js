@@ -516,6 +516,12 @@
       retryable = true;
     }
     if (retryable) offerRetry(turn);
+    await finishTurn(completed);
+    ui.message.focus();
+  }
+
+  // After a turn or a decision: a completed session is let go, the inspector and the turn count catch up.
+  async function finishTurn(completed) {
     if (completed) {
       // The document stays readable, but the next message starts a new session (with the config again).
       note('Session completed. The next message starts a new session.');
@@ -525,7 +531,6 @@
     state.turns += 1;
     document.body.dataset.turns = String(state.turns);
     setBusy(false);
-    ui.message.focus();
   }
 
   /** A note with a Retry button that sends ``turn`` again with its own Idempotency-Key. */
@@ -796,14 +801,7 @@
     } else {
       setCardState(card, 'pending', 'The decision was not applied; you can decide again.');
     }
-    if (outcome.completed) {
-      note('Session completed. The next message starts a new session.');
-      setSession(null);
-    }
-    await refreshInspector();
-    state.turns += 1;
-    document.body.dataset.turns = String(state.turns);
-    setBusy(false);
+    await finishTurn(outcome.completed);
   }
 
   /** Shows the answer to a decision (a stream or a JSON envelope); whether it committed, and its failure code. */
