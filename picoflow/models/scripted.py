@@ -28,10 +28,10 @@ from picoflow.messages import FINISH_KEYS
 from picoflow.models.anthropic import ANTHROPIC_VOCABULARY
 from picoflow.models.bedrock import BEDROCK_VOCABULARY
 from picoflow.models.calls import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
-from picoflow.models.google import GOOGLE_VOCABULARY
-from picoflow.models.openai import OPENAI_VOCABULARY
 from picoflow.models.conversations import check_conversation as check_conversation
 from picoflow.models.conversations import conversation_problems as conversation_problems
+from picoflow.models.google import GOOGLE_VOCABULARY
+from picoflow.models.openai import OPENAI_VOCABULARY
 from picoflow.models.registry import ModelProvider, ModelSelection
 from picoflow.parsing import strip_fence
 
