@@ -28,12 +28,21 @@ from picoflow.step_tools import (
     InvalidToolArguments,
     ToolSpec,
     class_of,
-    journaled_key,
     tool,
     tools,
     typed_tool_specs,
 )
-from picoflow.transitions import Transition, direct, direct_result, direct_to, finish, go, handled_tool_call, stay
+from picoflow.transitions import (
+    Transition,
+    direct,
+    direct_result,
+    direct_to,
+    finish,
+    go,
+    handled_tool_call,
+    journaled_key,
+    stay,
+)
 from picoflow.wire import PLAIN_TEXT
 
 if TYPE_CHECKING:

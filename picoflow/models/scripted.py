@@ -22,10 +22,11 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
+from picoflow.deadline import current_scope
 from picoflow.errors import IllegalConversationError, PicoFlowError, ScriptedModelError, ScriptExhaustedError
 from picoflow.files.refs import KNOWN_TYPES
 from picoflow.messages import FINISH_KEYS
-from picoflow.models.calls import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
+from picoflow.models.calls import CALL_PURPOSES, CallPurpose
 from picoflow.models.registry import ModelProvider, ModelSelection
 from picoflow.parsing import strip_fence
 
@@ -115,7 +116,8 @@ class ScriptedProvider(ModelProvider):
         return ScriptedChatModel(provider=self, selection=selection)
 
     def _take(self, messages: Sequence[BaseMessage], tool_names: list[str], selection: ModelSelection) -> _Turn:
-        step, purpose = calling_step.get(), call_purpose.get()
+        scope = current_scope()
+        step, purpose = scope.step, scope.purpose
         with self._lock:
             self.calls.append([message.model_copy(deep=True) for message in messages])
             self.tools.append(tool_names)

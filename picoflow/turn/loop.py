@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -48,7 +47,7 @@ from picoflow.messages import (
     is_direct,
     summary_system_message,
 )
-from picoflow.models.calls import call_deadline, model_call_for
+from picoflow.models.calls import model_call_for
 from picoflow.models.refusals import configuration_error
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.recovery import (
@@ -837,12 +836,8 @@ async def _attempts(
 async def _invoke(call: Coroutine[Any, Any, Any], timeout: float | None, signal: Any, step_id: str) -> Any:
     """One model invocation (a whole stream, when streamed), bounded by ``timeout`` and abandoned as soon as
     ``signal`` is cancelled."""
-    limit = call_deadline.set(None if timeout is None else time.monotonic() + timeout)
-    try:
-        with model_call_for("chat", step_id):
-            return await _invoke_bounded(call, timeout, signal)
-    finally:
-        call_deadline.reset(limit)
+    with model_call_for("chat", step_id, timeout):
+        return await _invoke_bounded(call, timeout, signal)
 
 
 async def _invoke_bounded(invocation: Coroutine[Any, Any, Any], timeout: float | None, signal: Any) -> Any:
