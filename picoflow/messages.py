@@ -6,18 +6,23 @@ import json
 import secrets
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel, ConfigDict
 
 from picoflow.session.document import MessageDoc, TokenUsage, ToolCallDoc, format_timestamp
 
-if TYPE_CHECKING:
-    from picoflow.step import Step
 
-    #: Who a message is attributed to: a step, a step class or a step's name.
-    Owner: TypeAlias = Step | type[Step] | str
+class Named(Protocol):
+    """A step, or a step class: what a message can be attributed to, by its ``id``."""
+
+    #: The step's registered name.
+    id: ClassVar[str]
+
+
+#: Who a message is attributed to: a step, a step class or a step's name.
+Owner: TypeAlias = Named | type[Named] | str
 
 DIRECT_KEY = "direct"
 #: The ``additional_kwargs`` key (kept in the stored document) saying who wrote a human message.

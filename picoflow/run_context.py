@@ -23,15 +23,13 @@ from picoflow.state import TRANSIENT_KEY, read_path
 
 if TYPE_CHECKING:
     from picoflow.decision import DecisionProvider
-    from picoflow.decision_step import DecisionStep
     from picoflow.events import EventSink
     from picoflow.models.registry import ProviderRegistry
-    from picoflow.parallel import CancellationSignal, ParallelBatchResult
+    from picoflow.parallel import CancellationSignal, ParallelBatchResult, ParallelInvocation
     from picoflow.session.journal import TurnJournal
     from picoflow.step import Step
     from picoflow.step_tools import ToolSpec
     from picoflow.transitions import Transition
-    from picoflow.turn.parallel import WorkerView
 
 
 # -- what runs in each task ---------------------------------------------------------------------
@@ -113,7 +111,8 @@ class TurnServices:
     model_loop: Callable[[Any, str | None], Awaitable[Any]]
     run_child: Callable[[Any, Any, str | None], Awaitable[Any]]
     run_steps: Callable[..., Awaitable[ParallelBatchResult]]
-    decide: Callable[[DecisionStep], Awaitable[Transition]]
+    #: Asks a DecisionStep's questions and routes on the answers (``picoflow.turn.decide.decide``).
+    decide: Callable[..., Awaitable[Transition]]
     #: Saves the session through the engine's save path (compaction, size checks, the conditional write).
     save: Callable[[], Awaitable[None]]
     #: Runs the first turn of a new session of a registered flow.
@@ -226,6 +225,25 @@ class RunContext:
         return doc
 
 
+class Worker(Protocol):
+    """A parallel worker as its step reaches it (``picoflow.turn.parallel.WorkerView``)."""
+
+    @property
+    def step(self) -> Step:
+        """The worker's own step instance."""
+
+    @property
+    def invocation(self) -> ParallelInvocation:
+        """Its params, branch key, request index, path and cancellation signal."""
+
+    @property
+    def local(self) -> dict[str, dict[str, Any]]:
+        """The private copies of the step states it changes, by step id."""
+
+    def contribute(self, name: str, value: Any) -> None:
+        """Add ``value`` to its step's channel ``name``."""
+
+
 class SessionView(Protocol):
     """How flow code reaches a running session: the flow's own shared view, or a parallel worker's isolated one
     (``picoflow.turn.parallel.WorkerView``), which copies what it reads and refuses writes outside its step."""
@@ -235,7 +253,7 @@ class SessionView(Protocol):
         """The flow whose session this is a view of."""
 
     @property
-    def worker(self) -> WorkerView | None:
+    def worker(self) -> Worker | None:
         """The worker this view isolates; None for the shared view."""
 
     @property

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
         RunStepRequest,
         StateChannel,
     )
-    from picoflow.turn.parallel import WorkerView
+    from picoflow.run_context import Worker
 
 # What earlier releases taught to import from this module keeps resolving here.
 __all__ = [
@@ -454,7 +454,7 @@ class Step:
         """From a worker: its read-only params, branch key, request index, path and cancellation signal."""
         return self._own_worker(f"Step '{self.id}' is not running as a run_steps() worker.").invocation
 
-    def _own_worker(self, refusal: str) -> WorkerView:
+    def _own_worker(self, refusal: str) -> Worker:
         worker = self.flow.run_context.view(self.flow).worker
         if worker is None or worker.step is not self:
             raise PicoFlowError(refusal)
