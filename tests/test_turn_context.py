@@ -7,7 +7,6 @@ type from anywhere, but outside the four authoring modules none of them points b
 
 from __future__ import annotations
 
-import ast
 import re
 import time
 from pathlib import Path
@@ -20,40 +19,12 @@ from picoflow.events import EventSink, TurnEvent
 from picoflow.models.calls import model_call_for
 from picoflow.results import RunResponse
 from picoflow.transitions import effect_keys, handled_tool_call, handling, handling_step, journaled_key
+from tests.test_architecture import imported_modules, module_files
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "picoflow"
 MAX_CONTEXT_VARS = 4
 AUTHORING_CORE = {"picoflow.flow", "picoflow.step", "picoflow.run_context", "picoflow.transitions"}
-
-
-def _modules() -> dict[str, Path]:
-    modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return modules
-
-
-def _every_import(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package's modules that ``name`` imports, type-checking imports included."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                source = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                source = node.module or ""
-            targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source
-                       for alias in node.names]
-        else:
-            continue
-        found.update(target for target in targets if target in modules and target != name)
-    return found
 
 
 def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
@@ -102,8 +73,9 @@ def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 
 def test_type_references_circle_only_through_the_authoring_core() -> None:
-    modules = _modules()
-    graph = {name: _every_import(name, path, modules) for name, path in modules.items()}
+    modules = module_files()
+    graph = {name: imported_modules(name, path, modules, type_checking=True) - {name}
+             for name, path in modules.items()}
     circles = _circles(graph)
     assert all(group <= AUTHORING_CORE for group in circles), [sorted(group) for group in circles]
 
