@@ -250,7 +250,7 @@ class SessionView(Protocol):
 
     @property
     def flow(self) -> Any:
-        """The flow whose session this is a view of."""
+        """The flow whose worker this view isolates; None for the shared view, which is never a task's own."""
 
     @property
     def worker(self) -> Worker | None:
@@ -282,15 +282,13 @@ class SessionView(Protocol):
 class SharedView:
     """The flow's own view of its running session: reads and writes pass straight through, nothing is refused."""
 
+    # No task runs in the shared view as its own: it isolates no flow's worker and has no worker to cancel.
+    flow = None
     worker = None
     signal = None
 
     def __init__(self, context: RunContext) -> None:
         self.context = context
-
-    @property
-    def flow(self) -> Any:
-        return None
 
     def memory(self) -> Memory:
         return self.context.memory
