@@ -7,7 +7,7 @@ ordinary transition. It is a ``LogicStep``, so the hop loop needs nothing specia
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS
@@ -21,12 +21,11 @@ from picoflow.decision import (
     resolve_decision_config,
 )
 from picoflow.errors import PicoFlowError
-from picoflow.models.registry import ModelSelection
+from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.step import LogicStep, Step
 from picoflow.transitions import Transition
 
 if TYPE_CHECKING:
-    from picoflow.engine import FlowEngine
     from picoflow.flow import Flow
 
 
@@ -112,13 +111,14 @@ class DecisionStep(LogicStep):
         return await self.flow.run_context.require_services().decide(self)
 
 
-def check_decision_setup(step: DecisionStep, services: FlowEngine) -> None:
-    """Refuse, when the flow is registered, a decision configuration that ``services`` cannot serve."""
+def check_decision_setup(step: DecisionStep, providers: ProviderRegistry, decision_providers: Collection[str]) -> None:
+    """Refuse, when the flow is registered, a decision configuration that neither a decision provider (by name)
+    nor one of the chat ``providers`` can serve."""
     selection = step.decision_config().selection
-    if selection.provider in services.decision_providers:
+    if selection.provider in decision_providers:
         return
     try:
-        services.providers.validate(selection)
+        providers.validate(selection)
     except PicoFlowError as exc:
         raise PicoFlowError(
             f"Flow '{step.flow.id}', DecisionStep '{step.id}': decision provider '{selection.provider}' is "

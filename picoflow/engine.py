@@ -6,7 +6,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from picoflow import lifecycle, telemetry
@@ -34,13 +34,14 @@ from picoflow.files.intake import store_inline
 from picoflow.files.policy import DEFAULT_REQUEST_FILE_BYTES
 from picoflow.files.refs import FileRef
 from picoflow.files.store import FileRecord, FileStore
+from picoflow.files.turn_files import TurnFiles
 from picoflow.flow import Flow
 from picoflow.lifecycle import TurnRequest
 from picoflow.mcp import MCPSessions, MCPUnavailableError
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.registration import check_flow_configuration
 from picoflow.results import RunResponse
-from picoflow.run_context import TurnFiles, TurnServices
+from picoflow.run_context import TurnServices
 from picoflow.session.document import TokenUsage
 from picoflow.session.journal import TurnJournal
 from picoflow.session.memory_store import MemorySessionStore
@@ -49,6 +50,26 @@ from picoflow.turn import decide, loop, parallel
 
 if TYPE_CHECKING:
     from picoflow.decision import DecisionProvider
+
+@dataclass(frozen=True)
+class TurnOptions:
+    """One turn's request as ``FlowEngine.run``, ``stream`` and ``decide`` take it (the arguments of ``run``, and
+    the reviewer of a decision), handed whole to the code that answers it."""
+
+    flow_name: str
+    user_message: str | None
+    session_id: str | None
+    config: dict[str, Any] | None
+    deadline: float | None = None
+    idempotency_key: str | None = None
+    caller: str | None = None
+    request_id: str | None = None
+    files: tuple[FileRef, ...] = ()
+    file_data: Mapping[str, bytes] | None = None
+    inline_files: tuple[FileRecord, ...] = ()
+    approvals: tuple[Mapping[str, Any], ...] | None = None
+    reviewer: str | None = None
+
 
 # Failures that leave the session as it was stored: the turn answers a retryable or client error.
 _UNTOUCHED_ERRORS = (
@@ -116,7 +137,7 @@ class FlowEngine:
                 raise PicoFlowError(f"Flow '{name}' is already registered.")
             staged[name] = cls
         for cls in staged.values():
-            check_flow_configuration(cls, self)
+            check_flow_configuration(cls, self.providers, self.decision_providers)
         self._flows.update(staged)
         return self
 
@@ -193,11 +214,11 @@ class FlowEngine:
             second = await engine.run("GreetingFlow", "Ada Lovelace", session_id=first.session)
             ```
         """
-        return await self._drained(
+        return await self._drained(TurnOptions(
             flow_name, user_message, session_id, config, deadline=deadline, idempotency_key=idempotency_key,
-            caller=caller, request_id=request_id, files=files, file_data=file_data, inline_files=inline_files,
-            approvals=approvals,
-        )
+            caller=caller, request_id=request_id, files=tuple(files), file_data=file_data,
+            inline_files=tuple(inline_files), approvals=None if approvals is None else tuple(approvals),
+        ))
 
     async def decide(
         self,
@@ -220,20 +241,20 @@ class FlowEngine:
         call of their own session (``NOT_APPROVER``); a call that is not waiting answers ``APPROVAL_NOT_PENDING``.
         """
         decision = {"id": approval_id, "approved": approved, **({"reason": reason} if reason is not None else {})}
-        return await self._drained(
+        return await self._drained(TurnOptions(
             flow_name, None, session_id, None, deadline=deadline, idempotency_key=idempotency_key,
-            caller=reviewer, request_id=request_id, files=(), file_data=None, approvals=[decision],
-            reviewer=reviewer,
-        )
+            caller=reviewer, request_id=request_id, approvals=(decision,), reviewer=reviewer,
+        ))
 
-    async def _drained(self, flow_name: str, user_message: str | None, session_id: str | None,
-                       config: dict[str, Any] | None, **options: Any) -> RunResponse:
-        response: RunResponse | None = None
-        async for event in self._events(EventSink(live=False), flow_name, user_message, session_id, config, **options):
-            response = event.response if event.final else response
-        if response is None:
-            raise PicoFlowError("The turn's stream ended without a final event.")
-        return response
+    async def _drained(self, options: TurnOptions) -> RunResponse:
+        # Nobody reads the turn as it happens: it runs in the caller's task, and only its final event is queued.
+        sink = EventSink(live=False)
+        await self._answer(sink, options)
+        while not sink.queue.empty():
+            event = sink.queue.get_nowait()
+            if event.final and event.response is not None:
+                return event.response
+        raise PicoFlowError("The turn ended without a final event.")
 
     def stream(
         self,
@@ -263,24 +284,14 @@ class FlowEngine:
         (``TurnEvent.call``, outside the JSON), with the validated arguments when the flow shows that tool
         (``Flow.show_tool_calls``, ``@tool(show=...)``), and a ``tool_result`` event follows each shown call.
         """
-        return self._events(
-            EventSink(details=tool_details), flow_name, user_message, session_id, config, deadline=deadline,
-            idempotency_key=idempotency_key, caller=caller, request_id=request_id, files=files, file_data=file_data,
-            inline_files=inline_files, approvals=approvals,
-        )
-
-    async def _events(
-        self, sink: EventSink, flow_name: str, user_message: str | None, session_id: str | None,
-        config: dict[str, Any] | None, *, deadline: float | None, idempotency_key: str | None, caller: str | None,
-        request_id: str | None, files: Iterable[FileRef], file_data: Mapping[str, bytes] | None,
-        inline_files: Iterable[FileRecord] = (), approvals: Iterable[Mapping[str, Any]] | None = None,
-        reviewer: str | None = None,
-    ) -> AsyncIterator[TurnEvent]:
-        turn = asyncio.ensure_future(self._answer(
-            sink, flow_name, user_message, session_id, config, deadline=deadline, idempotency_key=idempotency_key,
-            caller=caller, request_id=request_id, files=files, file_data=file_data, inline_files=inline_files,
-            approvals=approvals, reviewer=reviewer,
+        return self._events(EventSink(details=tool_details), TurnOptions(
+            flow_name, user_message, session_id, config, deadline=deadline, idempotency_key=idempotency_key,
+            caller=caller, request_id=request_id, files=tuple(files), file_data=file_data,
+            inline_files=tuple(inline_files), approvals=None if approvals is None else tuple(approvals),
         ))
+
+    async def _events(self, sink: EventSink, options: TurnOptions) -> AsyncIterator[TurnEvent]:
+        turn = asyncio.ensure_future(self._answer(sink, options))
         # Only a cancelled turn ends without its final event: wake the reader so it does not wait forever.
         turn.add_done_callback(lambda done: sink.queue.put_nowait(_BROKEN) if _unanswered(done) else None)
         try:
@@ -299,14 +310,11 @@ class FlowEngine:
             if not turn.done():
                 await asyncio.shield(turn)
 
-    async def _answer(self, sink: EventSink, flow_name: str, user_message: str | None, session_id: str | None,
-                      config: dict[str, Any] | None, *, deadline: float | None, idempotency_key: str | None,
-                      caller: str | None, request_id: str | None, files: Iterable[FileRef],
-                      file_data: Mapping[str, bytes] | None, inline_files: Iterable[FileRecord] = (),
-                      approvals: Iterable[Mapping[str, Any]] | None = None, reviewer: str | None = None) -> None:
-        request_id = request_id or uuid.uuid4().hex
-        session = session_id if isinstance(session_id, str) else ""
-        with turn_deadline(deadline):
+    async def _answer(self, sink: EventSink, options: TurnOptions) -> None:
+        flow_name = options.flow_name
+        request_id = options.request_id or uuid.uuid4().hex
+        session = options.session_id if isinstance(options.session_id, str) else ""
+        with turn_deadline(options.deadline):
             try:
                 if not isinstance(flow_name, str) or not flow_name.strip():
                     raise BadRequestError("flowName must be a non-empty string.")
@@ -314,12 +322,13 @@ class FlowEngine:
                 if flow_cls is None:
                     raise FlowNotFoundError(f"Flow '{flow_name}' is not registered.")
                 turn = lifecycle.turn_request(
-                    flow_name, user_message, session_id, config, idempotency_key, caller, request_id, files,
-                    reserved_config=flow_cls.allowed_private_config,
-                    approvals=None if approvals is None else list(approvals), reviewer=reviewer,
+                    flow_name, options.user_message, options.session_id, options.config, options.idempotency_key,
+                    options.caller, request_id, options.files, reserved_config=flow_cls.allowed_private_config,
+                    approvals=None if options.approvals is None else list(options.approvals),
+                    reviewer=options.reviewer,
                 )
                 async with self._locks.hold(turn.session_id or turn.first_id):
-                    prepared = replace(turn, file_data=file_data, inline_files=tuple(inline_files))
+                    prepared = replace(turn, file_data=options.file_data, inline_files=options.inline_files)
                     with telemetry.turn(flow_name, turn.message) as traced:
                         response = traced.answered(await self._turn(prepared, sink))
             except PicoFlowError as exc:

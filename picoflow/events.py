@@ -118,9 +118,10 @@ class EventSink:
 
         A plain-text reply the deltas did not spell out (a direct answer, a reply rewritten by ``on_response``)
         is completed or resent; any other reply arrives whole in the final event, so shown text is reset. The
-        stored answer of a turn already applied (``replayed``) comes alone, in the final event.
+        stored answer of a turn already applied (``replayed``) comes alone, in the final event, as does every
+        answer when nobody reads the turn as it happens.
         """
-        if response.success and not response.replayed:
+        if self.live and response.success and not response.replayed:
             message = response.message
             if response.content_type == PLAIN_TEXT and isinstance(message, str):
                 if not message.startswith(self.shown):

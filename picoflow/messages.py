@@ -6,7 +6,7 @@ import json
 import secrets
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel, ConfigDict
@@ -15,11 +15,16 @@ from picoflow.session.document import MessageDoc, ToolCallDoc, format_timestamp
 from picoflow.usage import add_usage as add_usage
 from picoflow.usage import usage_from_message as usage_from_message
 
-if TYPE_CHECKING:
-    from picoflow.step import Step
 
-    #: Who a message is attributed to: a step, a step class or a step's name.
-    Owner: TypeAlias = Step | type[Step] | str
+class Named(Protocol):
+    """A step, or a step class: what a message can be attributed to, by its ``id``."""
+
+    #: The step's registered name.
+    id: ClassVar[str]
+
+
+#: Who a message is attributed to: a step, a step class or a step's name.
+Owner: TypeAlias = Named | type[Named] | str
 
 DIRECT_KEY = "direct"
 #: The ``additional_kwargs`` key (kept in the stored document) saying who wrote a human message.

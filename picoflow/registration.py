@@ -8,8 +8,8 @@ declares fail the registration with the flow, the step and the fix.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection
+from typing import Any
 
 from picoflow.decision_step import DecisionStep, check_decision_setup
 from picoflow.errors import PicoFlowError
@@ -20,17 +20,15 @@ from picoflow.step_registry import collect_steps
 from picoflow.step_tools import class_of, group_handlers, offered_tool_names, tool_handler
 from picoflow.transitions import step_name
 
-if TYPE_CHECKING:
-    from picoflow.engine import FlowEngine
 
-
-def check_flow_configuration(flow_cls: type[Flow], services: FlowEngine) -> None:
+def check_flow_configuration(flow_cls: type[Flow], providers: ProviderRegistry,
+                             decision_providers: Collection[str] = ()) -> None:
     """Raise ``PicoFlowError`` when ``flow_cls`` declares something no request could run.
 
     Checked: the steps (ids registered twice, none at all), the tools (offered but neither defined nor
     handled, one name declared twice, an MCP allow-list naming a flow tool), the initial step, every model
-    selection against ``services.providers``, and each step's own configuration (a DecisionStep's decision
-    provider and model) against ``services``.
+    selection against ``providers``, and each step's own configuration (a DecisionStep's decision provider and
+    model) against ``providers`` and the names of the engine's ``decision_providers``.
     """
     try:
         flow = flow_cls()
@@ -46,8 +44,8 @@ def check_flow_configuration(flow_cls: type[Flow], services: FlowEngine) -> None
         _check_handlers(flow, step)
         _check_mcp_names(flow, step)
         if isinstance(step, DecisionStep):
-            check_decision_setup(step, services)
-    _check_models(flow, services.providers)
+            check_decision_setup(step, providers, decision_providers)
+    _check_models(flow, providers)
 
 
 def _declared(flow: Flow, hook: str) -> tuple[bool, Any]:

@@ -12,12 +12,10 @@ import contextvars
 import copy
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from picoflow.errors import PicoFlowError
-from picoflow.files.policy import DEFAULT_REQUEST_FILE_BYTES
-from picoflow.files.refs import FileRef, digest_of
-from picoflow.files.store import FileStore
+from picoflow.files.turn_files import TurnFiles
 from picoflow.memory import Memory
 from picoflow.models.registry import ModelSelection
 from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc
@@ -25,98 +23,67 @@ from picoflow.state import TRANSIENT_KEY, read_path
 
 if TYPE_CHECKING:
     from picoflow.decision import DecisionProvider
-    from picoflow.decision_step import DecisionStep
     from picoflow.events import EventSink
     from picoflow.mcp import MCPSessions
     from picoflow.models.registry import ProviderRegistry
-    from picoflow.parallel import CancellationSignal, ParallelBatchResult
+    from picoflow.parallel import CancellationSignal, ParallelBatchResult, ParallelInvocation
     from picoflow.session.journal import TurnJournal
     from picoflow.step import Step
     from picoflow.step_tools import ToolSpec
     from picoflow.transitions import Transition
-    from picoflow.turn.worker import WorkerView
-
-
-# -- files -------------------------------------------------------------------------------------
-
-
-class TurnFiles:
-    """The files of one turn and a cache of file bytes, seeded with what the intake already read
-    (and checked).
-
-    ``read`` fetches a referenced file from ``store`` once per turn (an earlier turn's file too) and hands
-    back None when it is gone or no longer has the referenced digest. ``budget`` bounds the file bytes one
-    model request carries in full (``picoflow.files.reader``).
-    """
-
-    def __init__(
-        self, store: FileStore | None, attached: Sequence[FileRef] = (), data: Mapping[str, bytes] | None = None,
-        budget: int = DEFAULT_REQUEST_FILE_BYTES,
-    ) -> None:
-        self.store = store
-        #: The files the user attached to this turn's message.
-        self.attached: list[FileRef] = list(attached)
-        self.budget = budget
-        #: The ids of the files each (step, memory namespace) got in full during this turn.
-        self.shown: dict[tuple[str, str], set[str]] = {}
-        self._pending = list(attached)
-        self._cache: dict[str, bytes | None] = dict(data or {})
-
-    def take_attached(self) -> list[FileRef]:
-        """The attached files, once: the first message built from the user's input carries them."""
-        pending, self._pending = self._pending, []
-        return pending
-
-    def hold(self, ref: FileRef, data: bytes) -> None:
-        """Serve ``data`` as ``ref`` for the rest of the turn (a file the server holds, not the file store)."""
-        self._cache[ref.id] = data
-
-    async def read(self, ref: FileRef) -> bytes | None:
-        """The bytes of ``ref``, or None when the store no longer holds exactly them."""
-        if ref.id not in self._cache:
-            data = None if self.store is None else await self.store.read(ref.id, ref.size)
-            self._cache[ref.id] = data if data is not None and digest_of(data) == ref.digest else None
-        return self._cache[ref.id]
 
 
 # -- what runs in each task ---------------------------------------------------------------------
 
-# The nested steps executing in this task, innermost last.
-_frames: contextvars.ContextVar[tuple[Step, ...]] = contextvars.ContextVar("picoflow_frames", default=())
-# The isolated view of the parallel worker this task runs, if any.
-_worker_view: contextvars.ContextVar[WorkerView | None] = contextvars.ContextVar("picoflow_worker_view", default=None)
+@dataclass(frozen=True)
+class _TaskScope:
+    """What runs in one asyncio task: the nested steps executing, innermost last, and the isolated view of the
+    parallel worker the task runs, if any."""
+
+    frames: tuple[Step, ...] = ()
+    view: SessionView | None = None
+
+
+# A task outside any step or worker.
+_NO_TASK_SCOPE = _TaskScope()
+# A ContextVar because a parallel worker's task must see its own frames and view while its siblings, and the
+# flow code they run (which is handed no context), share one flow instance.
+_task: contextvars.ContextVar[_TaskScope] = contextvars.ContextVar(
+    "picoflow_task", default=_NO_TASK_SCOPE
+)
 
 
 def execution_frames(flow: Any) -> tuple[Step, ...]:
     """The child steps of ``flow`` executing in the current task, outermost first."""
-    return tuple(step for step in _frames.get() if step.flow is flow)
+    return tuple(step for step in _task.get().frames if step.flow is flow)
 
 
 @contextlib.contextmanager
 def execution_frame(step: Step) -> Iterator[None]:
     """Make ``step`` the innermost executing step for the duration of the block."""
-    token = _frames.set((*_frames.get(), step))
+    scope = _task.get()
+    token = _task.set(_TaskScope((*scope.frames, step), scope.view))
     try:
         yield
     finally:
-        _frames.reset(token)
+        _task.reset(token)
 
 
-def worker_view(flow: Any) -> WorkerView | None:
+def worker_view(flow: Any) -> SessionView | None:
     """The isolated view of ``flow`` that the current task runs in, if it is a parallel worker."""
-    view = _worker_view.get()
+    view = _task.get().view
     return view if view is not None and view.flow is flow else None
 
 
-def enter_worker_view(view: WorkerView) -> None:
+def enter_worker_view(view: SessionView) -> None:
     """Run the rest of the current task (a worker's own task) in ``view``."""
-    _worker_view.set(view)
+    _task.set(_TaskScope(_task.get().frames, view))
 
 
 def cancellation_signal(flow: Any) -> CancellationSignal | None:
     """The cancellation signal of ``flow``'s parallel worker running in this task, if any."""
     view = worker_view(flow)
-    return view.worker.invocation.signal if view is not None and view.worker is not None else None
+    return view.signal if view is not None else None
 
 
 def ensure_top_level(flow: Any, target: str) -> None:
@@ -145,7 +112,8 @@ class TurnServices:
     model_loop: Callable[[Any, str | None], Awaitable[Any]]
     run_child: Callable[[Any, Any, str | None], Awaitable[Any]]
     run_steps: Callable[..., Awaitable[ParallelBatchResult]]
-    decide: Callable[[DecisionStep], Awaitable[Transition]]
+    #: Asks a DecisionStep's questions and routes on the answers (``picoflow.turn.decide.decide``).
+    decide: Callable[..., Awaitable[Transition]]
     #: Saves the session through the engine's save path (compaction, size checks, the conditional write).
     save: Callable[[], Awaitable[None]]
     #: Runs the first turn of a new session of a registered flow.
@@ -187,7 +155,7 @@ class RunContext:
 
     # -- views ----------------------------------------------------------------------------------
 
-    def view(self, flow: Any) -> SharedView | WorkerView:
+    def view(self, flow: Any) -> SessionView:
         """The flow's own view of this data, or the isolated view of the parallel worker running this task."""
         return worker_view(flow) or self.shared
 
@@ -195,7 +163,7 @@ class RunContext:
         """The live state of ``step``: a worker's private copy inside its own task, else the registered one."""
         view = worker_view(step.flow)
         if view is not None and view.worker is not None and view.worker.step is step:
-            return view.local[step.id]
+            return view.worker.local[step.id]
         return self.states.setdefault(step.id, {})
 
     def require_doc(self) -> SessionDoc:
@@ -260,10 +228,67 @@ class RunContext:
         return doc
 
 
+class Worker(Protocol):
+    """A parallel worker as its step reaches it (``picoflow.turn.worker.WorkerView``)."""
+
+    @property
+    def step(self) -> Step:
+        """The worker's own step instance."""
+
+    @property
+    def invocation(self) -> ParallelInvocation:
+        """Its params, branch key, request index, path and cancellation signal."""
+
+    @property
+    def local(self) -> dict[str, dict[str, Any]]:
+        """The private copies of the step states it changes, by step id."""
+
+    def contribute(self, name: str, value: Any) -> None:
+        """Add ``value`` to its step's channel ``name``."""
+
+
+class SessionView(Protocol):
+    """How flow code reaches a running session: the flow's own shared view, or a parallel worker's isolated one
+    (``picoflow.turn.worker.WorkerView``), which copies what it reads and refuses writes outside its step."""
+
+    @property
+    def flow(self) -> Any:
+        """The flow whose worker this view isolates; None for the shared view, which is never a task's own."""
+
+    @property
+    def worker(self) -> Worker | None:
+        """The worker this view isolates; None for the shared view."""
+
+    @property
+    def signal(self) -> CancellationSignal | None:
+        """The worker's cancellation signal; None for the shared view."""
+
+    def memory(self) -> Memory:
+        """The memory flow code reads and writes."""
+
+    def session_doc(self, doc: SessionDoc) -> SessionDoc:
+        """The session document as flow code may see it."""
+
+    def step_state(self, step: Any, key: str | None) -> Any:
+        """The state of ``step`` (at ``key``) as flow code may read it."""
+
+    def state_owner(self, step: Step) -> Step:
+        """The step instance that keeps ``step``'s state in this view."""
+
+    def forbid(self, message: str) -> None:
+        """Refuse an action this view does not allow (a worker raises; the shared view allows everything)."""
+
+    def record_write(self, step: Any, fields: Sequence[str]) -> None:
+        """Note that flow code wrote ``fields`` of ``step``'s state (a worker refuses another step's)."""
+
+
 class SharedView:
     """The flow's own view of its running session: reads and writes pass straight through, nothing is refused."""
 
+    # No task runs in the shared view as its own: it isolates no flow's worker and has no worker to cancel.
+    flow = None
     worker = None
+    signal = None
 
     def __init__(self, context: RunContext) -> None:
         self.context = context

@@ -23,12 +23,21 @@ from picoflow.step_tools import (
     InvalidToolArguments,
     ToolSpec,
     class_of,
-    journaled_key,
     tool,
     tools,
     typed_tool_specs,
 )
-from picoflow.transitions import Transition, direct, direct_result, direct_to, finish, go, handled_tool_call, stay
+from picoflow.transitions import (
+    Transition,
+    direct,
+    direct_result,
+    direct_to,
+    finish,
+    go,
+    handled_tool_call,
+    journaled_key,
+    stay,
+)
 from picoflow.wire import PLAIN_TEXT
 
 if TYPE_CHECKING:
@@ -45,7 +54,7 @@ if TYPE_CHECKING:
         RunStepRequest,
         StateChannel,
     )
-    from picoflow.turn.worker import WorkerView
+    from picoflow.run_context import Worker
 
 # What earlier releases taught to import from this module keeps resolving here.
 __all__ = [
@@ -428,7 +437,7 @@ class Step(RecoveryHooks):
         """From a worker: its read-only params, branch key, request index, path and cancellation signal."""
         return self._own_worker(f"Step '{self.id}' is not running as a run_steps() worker.").invocation
 
-    def _own_worker(self, refusal: str) -> WorkerView:
+    def _own_worker(self, refusal: str) -> Worker:
         worker = self.flow.run_context.view(self.flow).worker
         if worker is None or worker.step is not self:
             raise PicoFlowError(refusal)

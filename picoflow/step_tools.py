@@ -3,11 +3,9 @@ and typed declarations off its class."""
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import inspect
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar, overload
@@ -36,11 +34,6 @@ Approver = typing.Literal["user", "reviewer"]
 ApprovalSetting = bool | str | Callable[[Any], bool | str] | None
 
 _Handler = TypeVar("_Handler", bound=Callable[..., Any])
-
-# The journal keys of the effect calls whose handler runs in this task, by tool call id.
-_effect_keys: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
-    "picoflow_effect_keys", default=None
-)
 
 
 @dataclass(frozen=True)
@@ -304,21 +297,6 @@ def approval_of(flow: Any, names: Iterable[str], handler: Any) -> ApprovalRule |
         if found is not None:
             return found
     return None
-
-
-@contextlib.contextmanager
-def effect_keys(keys: Mapping[str, str]) -> Iterator[None]:
-    """Within the block, ``tool_idempotency_key()`` answers the journal key of each effect call (by call id)."""
-    token = _effect_keys.set(keys)
-    try:
-        yield
-    finally:
-        _effect_keys.reset(token)
-
-
-def journaled_key(call_id: str) -> str | None:
-    """The journal key of the effect call ``call_id`` whose handler runs in this task, if it is one."""
-    return (_effect_keys.get() or {}).get(call_id)
 
 
 def class_of(obj: object) -> type:

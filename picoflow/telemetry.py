@@ -163,12 +163,26 @@ class _Turn:
             self.span.set_attributes(attributes)
 
 
-_turn: contextvars.ContextVar[_Turn | None] = contextvars.ContextVar("picoflow_trace_turn", default=None)
+@dataclass(frozen=True)
+class _Traced:
+    """The turn running in a task and the spans open in its innermost model loop."""
+
+    turn: _Turn | None = None
+    runs: _Runs | None = None
+
+
+# A task outside any traced turn.
+_UNTRACED_TASK = _Traced()
+# A ContextVar because spans are opened by code the turn does not hand them to (a parallel worker's task, a
+# nested step's model loop), each of which must see its own innermost loop.
+_traced_now: contextvars.ContextVar[_Traced] = contextvars.ContextVar(
+    "picoflow_traced", default=_UNTRACED_TASK
+)
 
 
 def _traced() -> _Turn | None:
     """The running turn when its span records: the spans inside a turn are made only then."""
-    running = _turn.get()
+    running = _traced_now.get().turn
     return running if running is not None and running.span.is_recording() else None
 
 
@@ -205,7 +219,7 @@ def turn(flow_name: str, user_message: str | None) -> Iterator[TurnSpan]:
     running = _Turn(span, span.is_recording() and capture_content())
     if running.capture and user_message:
         span.set_attribute(INPUT_MESSAGES, _json([{"role": "user", "parts": [_text_part(user_message)]}]))
-    token = _turn.set(running)
+    token = _traced_now.set(_Traced(running))
     try:
         with _current(span):
             try:
@@ -215,7 +229,7 @@ def turn(flow_name: str, user_message: str | None) -> Iterator[TurnSpan]:
                     # A turn that raised was not answered: its span still names its session.
                     running.outcome({})
     finally:
-        _turn.reset(token)
+        _traced_now.reset(token)
 
 
 def conversation(session_id: str) -> None:
@@ -305,14 +319,11 @@ class _Runs:
         span.end()
 
 
-_runs: contextvars.ContextVar[_Runs | None] = contextvars.ContextVar("picoflow_trace_runs", default=None)
-
-
 @contextmanager
 def step_runs() -> Iterator[None]:
     """Hold the spans of one model loop: ``step_run`` opens one per step visited, ``tool_calls`` one per call."""
     runs = _Runs()
-    token = _runs.set(runs)
+    token = _traced_now.set(_Traced(_traced_now.get().turn, runs))
     try:
         yield
     except BaseException as exc:
@@ -321,12 +332,12 @@ def step_runs() -> Iterator[None]:
     else:
         runs.close(None)
     finally:
-        _runs.reset(token)
+        _traced_now.reset(token)
 
 
 def step_run(step: StepLike) -> None:
     """The model loop is running ``step``: a new ``invoke_agent`` span unless it is already running it."""
-    runs = _runs.get()
+    runs = _traced_now.get().runs
     if runs is not None and runs.step_id != step.id:
         runs.enter(step)
 
@@ -359,7 +370,7 @@ class _ToolCalls:
 def tool_calls(calls: Sequence[Mapping[str, Any]], results: list[BaseMessage]) -> Iterator[Any]:
     """Iterate ``calls`` with an ``execute_tool`` span around each; its status comes from the call's message
     in ``results`` (a tool message with status ``error`` marks the span failed)."""
-    runs, running = _runs.get(), _traced()
+    runs, running = _traced_now.get().runs, _traced()
     if runs is None or runs.step is None or running is None:
         return iter(calls)
     return _ToolCalls(runs, running, calls, results)

@@ -19,36 +19,58 @@ if TYPE_CHECKING:
     from picoflow.step import Step
 
 
-# The step whose tool handler runs in this task (stay() and direct() need it) and the individual call it
-# handles (None inside a group handler).
-_handling_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar("picoflow_handling_step", default=None)
-_handled_call: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
-    "picoflow_handled_tool_call", default=None
+@dataclass(frozen=True)
+class _Handling:
+    """The handler running in a task: its step, the single call it handles (None inside a group handler or a
+    decision hook), and the journal keys of the effect calls it runs, by call id."""
+
+    step: Step | None = None
+    call: Mapping[str, Any] | None = None
+    effect_keys: Mapping[str, str] | None = None
+
+
+# A task running no handler.
+_NO_HANDLER = _Handling()
+# A ContextVar because stay(), direct(), finish() and tool_idempotency_key() are called by flow code, which is
+# handed no context to pass back; a parallel worker's handler runs in its own task.
+_handling: contextvars.ContextVar[_Handling] = contextvars.ContextVar(
+    "picoflow_handling", default=_NO_HANDLER
 )
 
 
 @contextlib.contextmanager
-def handling(step: Step, call: Mapping[str, Any] | None) -> Iterator[None]:
-    """Mark a handler of ``step`` (a tool handler for ``call`` when it handles a single one, or a decision hook)
-    as running in the block: ``stay()`` and ``direct()`` answer for that step."""
-    step_token = _handling_step.set(step)
-    call_token = _handled_call.set(call)
+def _within(handling: _Handling) -> Iterator[None]:
+    token = _handling.set(handling)
     try:
         yield
     finally:
-        _handled_call.reset(call_token)
-        _handling_step.reset(step_token)
+        _handling.reset(token)
+
+
+def handling(step: Step, call: Mapping[str, Any] | None) -> contextlib.AbstractContextManager[None]:
+    """Mark a handler of ``step`` (a tool handler for ``call`` when it handles a single one, or a decision hook)
+    as running in the block: ``stay()`` and ``direct()`` answer for that step."""
+    return _within(replace(_handling.get(), step=step, call=call))
+
+
+def effect_keys(keys: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
+    """Within the block, ``tool_idempotency_key()`` answers the journal key of each effect call (by call id)."""
+    return _within(replace(_handling.get(), effect_keys=keys))
 
 
 def handling_step() -> Step | None:
     """The step whose tool handler is running in this task, if any."""
-    return _handling_step.get()
+    return _handling.get().step
 
 
 def handled_tool_call() -> Mapping[str, Any] | None:
     """The tool call whose individual handler is running, if any."""
-    return _handled_call.get()
+    return _handling.get().call
 
+
+def journaled_key(call_id: str) -> str | None:
+    """The journal key of the effect call ``call_id`` whose handler runs in this task, if it is one."""
+    return (_handling.get().effect_keys or {}).get(call_id)
 
 
 TOOL_VALIDATED = "input validated"

@@ -40,12 +40,13 @@ def _type_checking_only(tree: ast.AST) -> set[int]:
     return hidden
 
 
-def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """Modules of the package that ``name`` imports when it runs: at the top or inside functions."""
+def imported_modules(name: str, path: Path, modules: dict[str, Path], *, type_checking: bool = False) -> set[str]:
+    """Modules of the package that ``name`` imports when it runs: at the top or inside functions (with
+    ``type_checking``, also those it names only for the type checker)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    hidden = _type_checking_only(tree)
+    hidden = set() if type_checking else _type_checking_only(tree)
     for node in ast.walk(tree):
         if id(node) in hidden:
             continue

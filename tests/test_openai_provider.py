@@ -9,7 +9,7 @@ import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
 from picoflow.messages import usage_from_message
-from picoflow.models.calls import call_deadline
+from picoflow.models.calls import model_call_for
 from picoflow.models.openai import OpenAIProvider, retry_after_seconds
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 from tests.support.fake_openai import FakeOpenAIServer, chat_completion, usage_block
@@ -138,13 +138,9 @@ async def test_a_retry_whose_wait_would_pass_the_calls_deadline_is_not_made() ->
     limited = (429, {"error": {"message": "Rate limit reached", "type": "requests"}}, {"Retry-After": "30"})
     with FakeOpenAIServer([limited, _text_response()]) as server:
         model = OpenAIProvider(api_key="test-key", base_url=server.url + "/v1").chat_model(SELECTION)
-        token = call_deadline.set(time.monotonic() + 5)
         started = time.monotonic()
-        try:
-            with pytest.raises(openai.RateLimitError):
-                await model.ainvoke([HumanMessage(content="Weather in Oslo?")])
-        finally:
-            call_deadline.reset(token)
+        with model_call_for("chat", None, 5), pytest.raises(openai.RateLimitError):
+            await model.ainvoke([HumanMessage(content="Weather in Oslo?")])
         assert time.monotonic() - started < 2
 
     assert len(server.requests) == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -48,9 +47,9 @@ def registry() -> ProviderRegistry:
     return ProviderRegistry([ScriptedProvider([])])
 
 
-def services() -> SimpleNamespace:
+def services() -> dict[str, Any]:
     """What an engine offers the check: its model providers and (none here) decision providers."""
-    return SimpleNamespace(providers=registry(), decision_providers={})
+    return {"providers": registry(), "decision_providers": ()}
 
 
 def flow_of(*steps: type[Step], model: ModelSelection = MODEL, name: str = "CheckedFlow") -> type[Flow]:
@@ -82,8 +81,8 @@ def test_a_tool_handled_by_a_group_handler_or_a_same_named_method_registers():
         async def look_all_up(self, calls: list) -> Any:
             return stay("found")
 
-    check_flow_configuration(flow_of(NamedStep), services())
-    check_flow_configuration(flow_of(GroupedStep), services())
+    check_flow_configuration(flow_of(NamedStep), **services())
+    check_flow_configuration(flow_of(GroupedStep), **services())
 
 
 def test_a_tool_offered_but_defined_nowhere_fails_the_registration():
@@ -96,7 +95,7 @@ def test_a_tool_offered_but_defined_nowhere_fails_the_registration():
             return None
 
     with pytest.raises(PicoFlowError) as raised:
-        check_flow_configuration(flow_of(GhostStep), services())
+        check_flow_configuration(flow_of(GhostStep), **services())
     assert str(raised.value) == (
         "Flow 'CheckedFlow' cannot be registered: Tool 'ghost' is not defined in flow 'CheckedFlow': step "
         "'GhostStep' offers it. Define it with a typed @tool handler or a ToolSpec in define_tools(), or stop "
@@ -109,7 +108,7 @@ def test_a_step_registered_twice_fails_the_registration():
         "Flow 'CheckedFlow' cannot be registered: Step 'GreetStep' is registered twice in flow 'CheckedFlow': "
         r"register it once in define_steps\(\), or subclass it \(with its own id\) for a second role."
     )):
-        check_flow_configuration(flow_of(GreetStep, GreetStep), services())
+        check_flow_configuration(flow_of(GreetStep, GreetStep), **services())
 
 
 def test_a_flow_without_a_model_fails_the_registration():
@@ -118,7 +117,7 @@ def test_a_flow_without_a_model_fails_the_registration():
             return [GreetStep(self)]
 
     with pytest.raises(PicoFlowError, match=r"Flow 'Modelless' cannot be registered: .*config_model\(\)"):
-        check_flow_configuration(Modelless, services())
+        check_flow_configuration(Modelless, **services())
 
 
 def test_a_step_model_the_engine_cannot_serve_fails_the_registration_naming_the_step():
@@ -128,7 +127,7 @@ def test_a_step_model_the_engine_cannot_serve_fails_the_registration_naming_the_
             self.use_model(ModelSelection(provider="elsewhere", name="big"))
 
     with pytest.raises(PicoFlowError) as raised:
-        check_flow_configuration(flow_of(GreetStep, OtherModelStep), services())
+        check_flow_configuration(flow_of(GreetStep, OtherModelStep), **services())
     assert str(raised.value) == (
         "Flow 'CheckedFlow', step 'OtherModelStep': Model 'elsewhere:big' cannot be used: model provider "
         "'elsewhere' is not registered. Register the model's provider with the engine (FlowEngine(providers=...)) "
@@ -136,7 +135,7 @@ def test_a_step_model_the_engine_cannot_serve_fails_the_registration_naming_the_
     )
     with pytest.raises(PicoFlowError, match="Flow 'CheckedFlow': Model 'elsewhere:big' cannot be used"):
         check_flow_configuration(flow_of(GreetStep, model=ModelSelection(provider="elsewhere", name="big")),
-                                 services())
+                                 **services())
 
 
 def test_a_failed_registration_registers_nothing():

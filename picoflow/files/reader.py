@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
@@ -25,10 +25,8 @@ from picoflow.deadline import time_left
 from picoflow.errors import FileRefusedError, FileStoreError
 from picoflow.files.refs import IMAGE_TYPES, FileRef, is_file_part, part_ref
 from picoflow.files.reopen import OPEN_FILE_TOOL
+from picoflow.files.turn_files import TurnFiles
 from picoflow.messages import is_direct, message_step
-
-if TYPE_CHECKING:
-    from picoflow.run_context import TurnFiles
 
 GONE_TEXT = "[The attached file '{name}' is no longer available.]"
 REFERENCE_TEXT = "[File '{name}' ({type}, {size}) was shown earlier in this conversation.]"

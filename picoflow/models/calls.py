@@ -1,33 +1,22 @@
-"""Which model call runs in this task: its purpose, the step it answers for, and the time it must answer by."""
+"""Which model call runs in this task: its purpose, the step it answers for and the time it must answer by,
+kept in the task's ``picoflow.deadline.CallScope`` beside the turn's deadline."""
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-from collections.abc import Iterator
-from typing import Literal
+import time
+from dataclasses import replace
 
-#: Why a model is called: a step's reply (``chat``), a DecisionStep's questions (``decision``), a memory
-#: compaction's rolling summary (``summary``) or ``picoflow eval`` scoring a reply against a scenario (``judge``).
-CallPurpose = Literal["chat", "decision", "summary", "judge"]
+from picoflow.deadline import CallPurpose, CallScope, current_scope, scoped
+
+__all__ = ["CALL_PURPOSES", "CallPurpose", "model_call_for"]
+
 CALL_PURPOSES: tuple[CallPurpose, ...] = ("chat", "decision", "summary", "judge")
 
-#: The id of the step whose model call is running in this task; None outside step calls (e.g. summaries).
-calling_step: contextvars.ContextVar[str | None] = contextvars.ContextVar("picoflow_calling_step", default=None)
-#: The purpose of the model call running in this task (a step's own calls are chat calls).
-call_purpose: contextvars.ContextVar[CallPurpose] = contextvars.ContextVar("picoflow_call_purpose", default="chat")
-#: The ``time.monotonic()`` time by which the running model call must answer; None: no limit but the client's own.
-call_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("picoflow_call_deadline", default=None)
 
-
-@contextlib.contextmanager
-def model_call_for(purpose: CallPurpose, step: str | None) -> Iterator[None]:
-    """Mark the model calls made inside the block as ``purpose`` calls of ``step`` (None: of no step)."""
-    purpose_token = call_purpose.set(purpose)
-    step_token = calling_step.set(step)
-    try:
-        yield
-    finally:
-        calling_step.reset(step_token)
-        call_purpose.reset(purpose_token)
-
+def model_call_for(purpose: CallPurpose, step: str | None,
+                   timeout: float | None = None) -> contextlib.AbstractContextManager[CallScope]:
+    """Mark the model calls made inside the block as ``purpose`` calls of ``step`` (None: of no step), to answer
+    within ``timeout`` seconds (None: no limit but the client's own); the turn's deadline still applies."""
+    call_deadline = None if timeout is None else time.monotonic() + timeout
+    return scoped(replace(current_scope(), purpose=purpose, step=step, call_deadline=call_deadline))

@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
+from picoflow.deadline import current_scope
 from picoflow.errors import ModelNotConfiguredError, PicoFlowError
 from picoflow.files.refs import IMAGE_TYPES, KNOWN_TYPES
 from picoflow.logger import library_log
-from picoflow.models.calls import call_deadline
 from picoflow.models.common import (
     CLIENT_RETRIES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -285,7 +285,7 @@ _RETRIED_STATUSES = frozenset({408, 409, 429})
 
 
 async def _no_late_retry(response: Any) -> None:
-    deadline = call_deadline.get()
+    deadline = current_scope().call_deadline
     status = response.status_code
     if deadline is None or (status not in _RETRIED_STATUSES and status < 500):
         return

@@ -22,12 +22,13 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
+from picoflow.deadline import current_scope
 from picoflow.errors import PicoFlowError, ScriptedModelError, ScriptExhaustedError
 from picoflow.files.refs import KNOWN_TYPES
 from picoflow.messages import FINISH_KEYS
 from picoflow.models.anthropic import ANTHROPIC_VOCABULARY
 from picoflow.models.bedrock import BEDROCK_VOCABULARY
-from picoflow.models.calls import CALL_PURPOSES, CallPurpose, call_purpose, calling_step
+from picoflow.models.calls import CALL_PURPOSES, CallPurpose
 from picoflow.models.conversations import check_conversation as check_conversation
 from picoflow.models.conversations import conversation_problems as conversation_problems
 from picoflow.models.google import GOOGLE_VOCABULARY
@@ -123,7 +124,8 @@ class ScriptedProvider(ModelProvider):
         return ScriptedChatModel(provider=self, selection=selection)
 
     def _take(self, messages: Sequence[BaseMessage], tool_names: list[str], selection: ModelSelection) -> _Turn:
-        step, purpose = calling_step.get(), call_purpose.get()
+        scope = current_scope()
+        step, purpose = scope.step, scope.purpose
         with self._lock:
             self.calls.append([message.model_copy(deep=True) for message in messages])
             self.tools.append(tool_names)

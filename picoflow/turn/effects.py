@@ -24,8 +24,7 @@ from picoflow.session.document import MessageDoc
 from picoflow.session.journal import TurnJournal
 from picoflow.state import TRANSIENT_KEY
 from picoflow.step import Step
-from picoflow.step_tools import effect_keys
-from picoflow.transitions import DirectResult, Transition, as_transition
+from picoflow.transitions import DirectResult, Transition, as_transition, effect_keys
 
 #: What the session log says of a call whose handler ran and was journaled, and of one replayed from the journal.
 JOURNALED = "effect journaled"

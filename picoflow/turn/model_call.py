@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +36,7 @@ from picoflow.messages import (
     content_text,
     summary_system_message,
 )
-from picoflow.models.calls import call_deadline, model_call_for
+from picoflow.models.calls import model_call_for
 from picoflow.models.refusals import configuration_error
 from picoflow.models.registry import ModelSelection
 from picoflow.models.vocabulary import Block, Vocabulary
@@ -326,12 +325,8 @@ def _judge(flow: Flow, step: Step, offer: ModelCall, bound: _Bound, output: Any,
 async def _invoke(call: Coroutine[Any, Any, Any], timeout: float | None, signal: Any, step_id: str) -> Any:
     """One model invocation (a whole stream, when streamed), bounded by ``timeout`` and abandoned as soon as
     ``signal`` is cancelled."""
-    limit = call_deadline.set(None if timeout is None else time.monotonic() + timeout)
-    try:
-        with model_call_for("chat", step_id):
-            return await _invoke_bounded(call, timeout, signal)
-    finally:
-        call_deadline.reset(limit)
+    with model_call_for("chat", step_id, timeout):
+        return await _invoke_bounded(call, timeout, signal)
 
 
 async def _invoke_bounded(invocation: Coroutine[Any, Any, Any], timeout: float | None, signal: Any) -> Any:

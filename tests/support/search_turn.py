@@ -20,7 +20,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from flows.hotel import HotelFlow
 from picoflow import FlowEngine
-from picoflow.models.calls import call_purpose
+from picoflow.deadline import current_scope
 from picoflow.models.registry import ModelProvider, ModelSelection, ProviderRegistry
 from picoflow.stores import MemorySessionStore
 
@@ -42,7 +42,7 @@ class ReplayModel(BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:
-        reply = self.replies["summary" if call_purpose.get() == "summary" else "chat"].pop(0)
+        reply = self.replies["summary" if current_scope().purpose == "summary" else "chat"].pop(0)
         calls = [{"name": c["name"], "args": c["args"], "id": c["id"]} for c in reply.get("tool_calls", [])]
         return ChatResult(generations=[ChatGeneration(message=AIMessage(reply.get("content", ""), tool_calls=calls))])
 

@@ -1,0 +1,152 @@
+"""What a running turn carries per task, and how far its type references reach.
+
+A turn is handed its context; what must still travel with an asyncio task (flow code and provider clients call
+back without it) lives in at most four context variables, each saying why. Type-checking imports may name a
+type from anywhere, but outside the four authoring modules none of them points back up the layers.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from picoflow.deadline import current_deadline, current_scope, time_left, turn_deadline
+from picoflow.errors import TurnDeadlineError
+from picoflow.events import EventSink, TurnEvent
+from picoflow.models.calls import model_call_for
+from picoflow.results import RunResponse
+from picoflow.transitions import effect_keys, handled_tool_call, handling, handling_step, journaled_key
+from tests.test_architecture import imported_modules, module_files
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "picoflow"
+MAX_CONTEXT_VARS = 4
+AUTHORING_CORE = {"picoflow.flow", "picoflow.step", "picoflow.run_context", "picoflow.transitions"}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for target in edges:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    advanced = True
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.add(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(group)
+    return found
+
+
+def test_type_references_circle_only_through_the_authoring_core() -> None:
+    modules = module_files()
+    graph = {name: imported_modules(name, path, modules, type_checking=True) - {name}
+             for name, path in modules.items()}
+    circles = _circles(graph)
+    assert all(group <= AUTHORING_CORE for group in circles), [sorted(group) for group in circles]
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+def test_at_most_four_context_variables_each_with_its_reason() -> None:
+    declared = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines):
+            if re.search(r"\bContextVar\(", line):
+                comment = []
+                for above in reversed(lines[:number]):
+                    if not above.startswith("#"):
+                        break
+                    comment.insert(0, above)
+                declared.append((path.relative_to(ROOT), " ".join(comment)))
+    assert 0 < len(declared) <= MAX_CONTEXT_VARS, declared
+    for where, comment in declared:
+        assert "A ContextVar because" in comment, where
+
+
+# -- what each task carries ---------------------------------------------------------------------------
+
+
+def test_a_model_call_keeps_the_turns_deadline_and_adds_its_own() -> None:
+    turn_end = time.monotonic() + 60
+    with turn_deadline(turn_end):
+        with model_call_for("summary", "Greet", timeout=5):
+            scope = current_scope()
+            assert (scope.purpose, scope.step, scope.turn_deadline) == ("summary", "Greet", turn_end)
+            assert scope.call_deadline is not None and scope.call_deadline < turn_end
+        assert current_scope().purpose == "chat"
+        assert current_scope().call_deadline is None
+        assert current_deadline() == turn_end
+    assert current_deadline() is None
+
+
+def test_too_little_time_left_refuses_the_call() -> None:
+    with turn_deadline(time.monotonic() + 0.5), pytest.raises(TurnDeadlineError):
+        time_left("the model call")
+
+
+def test_a_handler_inside_an_effect_block_keeps_the_effect_keys() -> None:
+    step = object()
+    call = {"id": "call-1", "name": "book"}
+    with effect_keys({"call-1": "journal-key"}):
+        with handling(step, call):
+            assert handling_step() is step
+            assert handled_tool_call() == call
+            assert journaled_key("call-1") == "journal-key"
+            assert journaled_key("call-2") is None
+        assert handling_step() is None
+        assert journaled_key("call-1") == "journal-key"
+    assert journaled_key("call-1") is None
+
+
+def test_nobody_reading_the_turn_gets_only_its_final_event() -> None:
+    quiet, live = EventSink(live=False), EventSink()
+    response = RunResponse(success=True, completed=False, message="Hello", session="s-1")
+    quiet.finish(response)
+    live.finish(response)
+    assert [event.event for event in _drain(quiet)] == ["committed"]
+    assert [event.event for event in _drain(live)] == ["delta", "committed"]
+
+
+def _drain(sink: EventSink) -> list[TurnEvent]:
+    events = []
+    while not sink.queue.empty():
+        events.append(sink.queue.get_nowait())
+    return events
