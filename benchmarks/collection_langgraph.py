@@ -31,7 +31,7 @@ from benchmarks.collection import (
     accept_name,
     tool_definition,
 )
-from picoflow.transitions import TOOL_VALIDATED
+from picoflow.authoring.transitions import TOOL_VALIDATED
 
 # stage -> (its tool, the state key the accepted value goes to, the checker, the next stage)
 STAGES: dict[str, tuple[str, str, Callable[[dict[str, Any]], Any], str]] = {

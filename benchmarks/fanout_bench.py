@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import write_section  # noqa: E402
 from picoflow import Flow, ModelSelection, Step  # noqa: E402
-from picoflow.parallel import RunStepRequest, StepChannels  # noqa: E402
+from picoflow.authoring.step_runs import RunStepRequest, StepChannels  # noqa: E402
 from tests.support.engine import scripted_engine  # noqa: E402
 
 

@@ -10,6 +10,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from picoflow import lifecycle, telemetry
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.registration import check_flow_configuration
+from picoflow.authoring.run_context import TurnServices
 from picoflow.deadline import bounded_turn, current_deadline, turn_deadline
 from picoflow.errors import (
     ApprovalNotPendingError,
@@ -35,13 +38,10 @@ from picoflow.files.policy import DEFAULT_REQUEST_FILE_BYTES
 from picoflow.files.refs import FileRef
 from picoflow.files.store import FileRecord, FileStore
 from picoflow.files.turn_files import TurnFiles
-from picoflow.flow import Flow
 from picoflow.lifecycle import TurnRequest
 from picoflow.mcp import MCPSessions, MCPUnavailableError
 from picoflow.models.registry import ModelProvider, ProviderRegistry
-from picoflow.registration import check_flow_configuration
 from picoflow.results import RunResponse
-from picoflow.run_context import TurnServices
 from picoflow.session.document import TokenUsage
 from picoflow.session.journal import TurnJournal
 from picoflow.session.memory_store import MemorySessionStore
@@ -49,7 +49,7 @@ from picoflow.session.store import SessionStore
 from picoflow.turn import decide, loop, parallel
 
 if TYPE_CHECKING:
-    from picoflow.decision import DecisionProvider
+    from picoflow.authoring.decision import DecisionProvider
 
 @dataclass(frozen=True)
 class TurnOptions:

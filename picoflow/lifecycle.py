@@ -1,6 +1,6 @@
 """A session's life over a store, turn by turn: open it (replay a spent key, restore, or start it), save it
-(rolling summaries of long histories by ``picoflow.compaction``, size, one conditional write), settle a save
-whose outcome is unknown, abort it on a defect, and delete it.
+(rolling summaries of long histories by ``picoflow.conversation.compaction``, size, one conditional write),
+settle a save whose outcome is unknown, abort it on a defect, and delete it.
 
 A new session is written once, by its first turn's save (``SessionStore.insert``), never before the turn runs.
 The flow is reached through its hooks and its ``run_context`` only.
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from picoflow import compaction
+from picoflow.conversation import compaction
 from picoflow.deadline import before_deadline, read_back_budget
 from picoflow.errors import (
     ApprovalNotPendingError,
@@ -58,7 +58,7 @@ from picoflow.session.receipts import (
 from picoflow.session.store import SessionStore
 
 if TYPE_CHECKING:
-    from picoflow.flow import Flow
+    from picoflow.authoring.flow import Flow
     from picoflow.models.registry import ProviderRegistry
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -276,7 +276,7 @@ def _overrides(flow: Flow, hook: str) -> bool:
     """Whether ``flow``'s class defines ``hook`` below the framework's ``Flow``."""
     for cls in type(flow).__mro__:
         if hook in cls.__dict__:
-            return cls.__module__ != "picoflow.flow"
+            return cls.__module__ != "picoflow.authoring.flow"
     return False
 
 

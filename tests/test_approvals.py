@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, stay, tool, tools
+from picoflow.authoring.step_tools import REVIEWER_APPROVAL_TTL, USER_APPROVAL_TTL
 from picoflow.errors import PicoFlowError
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.approvals import arguments_digest
@@ -21,7 +22,6 @@ from picoflow.session.document import ApprovalCall, utc_now
 from picoflow.session.memory_store import MemorySessionStore
 from picoflow.session.sqlite_store import SQLiteSessionStore
 from picoflow.session.store import SessionStore
-from picoflow.step_tools import REVIEWER_APPROVAL_TTL, USER_APPROVAL_TTL
 from tests.support.desk_flows import APPLIED, DeskFlow, Note, Refund
 
 

@@ -22,13 +22,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from picoflow.authoring.step import Step
 from picoflow.aws import runtime as aws_runtime
 from picoflow.local.chat import chat
 from picoflow.local.inspector import Inspector
 from picoflow.local.serve import make_server
 from picoflow.local.tool_catalog import cached, tool_catalog
 from picoflow.session.document import SessionDoc
-from picoflow.step import Step
 from tests.support.approval_desk import NAMESPACE, DeskFlow
 from tests.support.browser import SCREENSHOTS, ApiServer, launched_chromium
 from tests.support.tiny_flow import TinyFlow

@@ -122,22 +122,22 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 #: Every unit of ``picoflow/``, lowest layer first; a unit imports (when it runs) only units listed before it.
 FOLDER_ORDER = [
-    # leaves: errors, wire formats, checks, the deadline, state paths, parallel types, tool declarations
-    "errors", "wire", "validation", "parsing", "prompts", "state", "deadline", "parallel", "step_tools",
+    # leaves: errors, wire formats, checks, the deadline
+    "errors", "wire", "validation", "parsing", "deadline",
     # the stored document and the stores that keep it
     "session/", "stores",
     # what the document is made of and written with
-    "logger", "usage", "messages", "files/", "results", "events", "transitions",
-    # model providers
+    "logger", "usage", "messages", "files/", "results", "events",
+    # model providers, and the spans of their calls
     "models/", "telemetry",
-    # what a turn works with: memory, recovery, decisions, MCP, batches
-    "memory", "recovery", "recovery_hooks", "conversation", "batch", "mcp/", "decision_questions", "decision",
-    # the running turn's context
-    "run_context",
-    # the authoring surface, and what collects a flow's steps and tools
-    "step_registry", "step", "decision_step", "flow", "registration",
+    # the conversation's state and memory, with the rolling summaries
+    "conversation/",
+    # tools from MCP servers, and batches of sessions
+    "mcp/", "batch",
+    # the authoring surface: flows, steps, tools, transitions, decisions, and the running turn's context
+    "authoring/",
     # the session's life over a store, the turn, the engine
-    "compaction", "lifecycle", "turn/", "engine",
+    "lifecycle", "turn/", "engine",
     # open protocols over the engine (AG-UI, MCP, A2A), below the adapters that give them routes
     "protocols/",
     # adapters
@@ -170,9 +170,9 @@ def test_the_graph_is_read_from_every_kind_of_import():
     graph = import_graph()
     assert len(graph) > 40
     # A top-level import and an import inside a function each count as an edge; a type-checking-only one does not.
-    assert "picoflow.step" in graph["picoflow.flow"]
+    assert "picoflow.authoring.step" in graph["picoflow.authoring.flow"]
     assert {"picoflow.session.memory_store", "picoflow.session.dynamodb_store"} <= graph["picoflow.session.factory"]
-    assert "picoflow.flow" not in graph["picoflow.step"]
+    assert "picoflow.authoring.flow" not in graph["picoflow.authoring.step"]
 
 
 def test_the_cycle_finder_reports_a_cycle():
@@ -187,7 +187,7 @@ def test_no_module_takes_part_in_an_import_cycle():
 
 def test_the_folder_graph_takes_each_sub_package_as_one_unit():
     units = folder_graph(import_graph())
-    assert {"session/", "turn/", "models/", "engine", "step"} <= set(units)
+    assert {"session/", "turn/", "models/", "engine", "authoring/"} <= set(units)
     assert "session/" in units["lifecycle"] and "picoflow" not in units
     assert cycles({"a/": {"b"}, "b": {"a/"}}) == [["a/", "b"]]
 

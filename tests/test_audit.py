@@ -16,10 +16,10 @@ from pydantic import BaseModel
 
 import picoflow
 from picoflow import Flow, ModelSelection, Step, ToolSpec, go, load_prompt, prompt, render, tool
-from picoflow.decision import DEFAULT_DECISION_MAX_RETRIES, DEFAULT_DECISION_TIMEOUT_MS, DecisionConfig
+from picoflow.authoring.decision import DEFAULT_DECISION_MAX_RETRIES, DEFAULT_DECISION_TIMEOUT_MS, DecisionConfig
+from picoflow.authoring.step_registry import collect_steps
 from picoflow.messages import SUMMARY_MESSAGE_PREFIX, HumanMessageEx
 from picoflow.session.document import ModelSelectionDoc
-from picoflow.step_registry import collect_steps
 from tests.support.engine import call, scripted_engine, text
 
 # -- 1. a step's use_model(...) inherits the flow's retry_attempts -------------------------------------------

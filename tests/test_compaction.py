@@ -11,14 +11,14 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from picoflow.compaction import (
+from picoflow.conversation.compaction import (
     CompactionResult,
     choose_cut,
     compact_history,
     orphan_tool_messages,
 )
+from picoflow.conversation.memory import SummaryConfig
 from picoflow.errors import CompactionError
-from picoflow.memory import SummaryConfig
 from picoflow.messages import summary_system_message
 
 USAGE = {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}

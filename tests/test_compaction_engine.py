@@ -8,7 +8,7 @@ from langchain_core.messages import SystemMessage
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, stay, tool
-from picoflow.compaction import orphan_tool_messages
+from picoflow.conversation.compaction import orphan_tool_messages
 from picoflow.messages import from_message_doc
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider

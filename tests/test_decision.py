@@ -25,8 +25,7 @@ from picoflow import (
     render,
     tool,
 )
-from picoflow.conversation import read_conversation
-from picoflow.decision import (
+from picoflow.authoring.decision import (
     ChatDecisionProvider,
     Choice,
     ChoiceAnswer,
@@ -40,12 +39,13 @@ from picoflow.decision import (
     ScoreAnswer,
     ScriptedDecisionProvider,
 )
+from picoflow.authoring.step_registry import collect_steps
+from picoflow.conversation.requests import read_conversation
 from picoflow.errors import DecisionValidationError, PicoFlowError, public_message
 from picoflow.messages import AiMessageEx, HumanMessageEx
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.session.document import SessionDoc, TokenUsage
-from picoflow.step_registry import collect_steps
 from picoflow.stores import MemorySessionStore
 from tests.support.engine import call, scripted_engine, text
 

@@ -16,14 +16,14 @@ import pytest
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, stay, tool, tools
+from picoflow.authoring.step import direct_result
+from picoflow.authoring.step_runs import RunStepRequest
 from picoflow.errors import PicoFlowError
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.parallel import RunStepRequest
 from picoflow.session.journal import JOURNAL_TTL_SECONDS, canonical_json, effect_key
 from picoflow.session.memory_store import MemorySessionStore
 from picoflow.session.sqlite_store import SQLiteSessionStore
 from picoflow.session.store import SessionStore
-from picoflow.step import direct_result
 
 #: Each handler run appends (tool, arguments, key) here: the outside world the effects change.
 APPLIED: list[tuple[str, dict[str, Any], str]] = []
@@ -349,7 +349,7 @@ async def test_a_toolspec_declared_as_an_effect_makes_its_handler_one() -> None:
 
 
 def test_the_decorators_mark_effects_and_the_derived_spec_says_so() -> None:
-    from picoflow.step import typed_tool_specs
+    from picoflow.authoring.step import typed_tool_specs
 
     (spec,) = [spec for spec in typed_tool_specs(SupportStep) if spec.name == "refund"]
     assert spec.effect is True

@@ -12,9 +12,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from pydantic import BaseModel
 
 from picoflow import Flow, ModelSelection, Step, ToolSpec, go, stay, tool
+from picoflow.authoring.step_runs import RunStepRequest
 from picoflow.errors import IllegalConversationError, PicoFlowError, public_message
 from picoflow.models.scripted import ScriptedProvider, check_conversation, conversation_problems
-from picoflow.parallel import RunStepRequest
 from tests.support.engine import call, scripted_engine, text
 from tests.support.fake_openai import CHAT_COMPLETIONS_PATH, FakeOpenAIServer
 

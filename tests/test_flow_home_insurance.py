@@ -20,7 +20,7 @@ from flows.home_insurance.rating import QuoteConfig, load_quote_config, quote
 from flows.home_insurance.steps import CONTACT_OPENER, REFERRAL_OPENER, REVIEW_OPENER
 from picoflow.aws import runtime as aws_runtime
 from picoflow.aws.apigw import FakeLambdaContext, http_event
-from picoflow.compaction import build_summary_request
+from picoflow.conversation.compaction import build_summary_request
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.stores import DynamoDBSessionStore, SessionDoc
 from tests.support.engine import call, scripted_engine, text

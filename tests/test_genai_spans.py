@@ -13,10 +13,10 @@ from opentelemetry.semconv.attributes import server_attributes
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, stay, telemetry, tool
+from picoflow.authoring.step import LogicStep
 from picoflow.models.openai import OPENAI_COMPATIBLE
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.step import LogicStep
 from picoflow.stores import MemorySessionStore
 from tests.test_tracing import exported, ours  # noqa: F401 - exported is a fixture
 

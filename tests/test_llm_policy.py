@@ -14,10 +14,10 @@ from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, finish, go, tool
 from picoflow import deadline as deadline_module
+from picoflow.authoring.recovery import LlmCallPolicy, is_transient_error, resolve_call_policy, retry_with_model
 from picoflow.errors import PicoFlowError, ScriptedModelError, public_message
 from picoflow.models.openai import OPENAI_VOCABULARY
 from picoflow.models.registry import ModelProvider, ProviderRegistry
-from picoflow.recovery import LlmCallPolicy, is_transient_error, resolve_call_policy, retry_with_model
 from picoflow.stores import MemorySessionStore
 from tests.support.engine import call, scripted_engine, text
 

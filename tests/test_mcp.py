@@ -22,6 +22,7 @@ import pytest
 from moto import mock_aws
 
 from picoflow import FlowEngine
+from picoflow.authoring.step_registry import collect_steps
 from picoflow.errors import PUBLIC_MESSAGES, RETRY_AFTER_SECONDS
 from picoflow.mcp import (
     UNAVAILABLE_TOOL_FEEDBACK,
@@ -31,7 +32,6 @@ from picoflow.mcp import (
     offered_tools,
 )
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.step_registry import collect_steps
 from picoflow.stores import MemorySessionStore
 from tests.support.dynamodb_local import REGION
 from tests.support.mcp_flow import McpFlow, server_spec

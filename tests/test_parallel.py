@@ -13,6 +13,8 @@ import pytest
 from pydantic import BaseModel
 
 from picoflow import Flow, ModelSelection, Step, ToolSpec, tool
+from picoflow.authoring.step_runs import CancellationSignal, RunStepRequest, StepChannels
+from picoflow.authoring.transitions import direct_result
 from picoflow.errors import (
     ParallelCancelledError,
     ParallelDuplicateKeyError,
@@ -24,9 +26,7 @@ from picoflow.errors import (
     public_message,
 )
 from picoflow.messages import HumanMessageEx
-from picoflow.parallel import CancellationSignal, RunStepRequest, StepChannels
 from picoflow.stores import MemorySessionStore
-from picoflow.transitions import direct_result
 from tests.support.engine import call, scripted_engine, text
 
 Scenario = Callable[[Step], Awaitable[Any]]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from picoflow.prompts import load_prompt, prompt, render
+from picoflow.authoring.prompts import load_prompt, prompt, render
 
 SINGLE_BRACE = re.compile(r"(?<!\{)\{[A-Za-z_][A-Za-z0-9_.]*\}(?!\})")
 

@@ -9,6 +9,8 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step
+from picoflow.authoring.step_registry import collect_steps
+from picoflow.authoring.transitions import Transition
 from picoflow.errors import ModelAuthFailedError, ModelNotConfiguredError
 from picoflow.models.anthropic import AnthropicProvider
 from picoflow.models.bedrock import BedrockProvider
@@ -18,9 +20,7 @@ from picoflow.models.refusals import configuration_error
 from picoflow.models.registry import ModelProvider, ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.models.vocabulary import Vocabulary
-from picoflow.step_registry import collect_steps
 from picoflow.stores import MemorySessionStore
-from picoflow.transitions import Transition
 from picoflow.turn.cursor import Reply, Route, read_answer
 
 OPENAI, ANTHROPIC = OpenAIProvider.vocabulary, AnthropicProvider.vocabulary

@@ -38,8 +38,8 @@ NEW_HOMES = {
     "HumanMessageEx": "picoflow.messages",
     "SessionDoc": "picoflow.stores",
     "DynamoDBSessionStore": "picoflow.stores",
-    "Choice": "picoflow.decision",
-    "RunStepRequest": "picoflow.parallel",
+    "Choice": "picoflow.authoring.decision",
+    "RunStepRequest": "picoflow.authoring.step_runs",
 }
 
 

@@ -13,7 +13,7 @@ import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from picoflow.decision import ChatDecisionProvider, Choice, DecisionRequest, Noul
+from picoflow.authoring.decision import ChatDecisionProvider, Choice, DecisionRequest, Noul
 from picoflow.models.calls import model_call_for
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider

@@ -8,10 +8,10 @@ import pytest
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, stay, tool, tools
+from picoflow.authoring.registration import check_flow_configuration
 from picoflow.errors import PicoFlowError
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.registration import check_flow_configuration
 from picoflow.stores import MemorySessionStore
 from tests.support.engine import scripted_engine, text
 

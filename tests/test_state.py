@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep
+from picoflow.authoring.step_registry import collect_steps
+from picoflow.conversation.state import deep_merge, read_path
 from picoflow.errors import PicoFlowError
 from picoflow.lifecycle import new_flow_doc
 from picoflow.session.document import new_document
-from picoflow.state import deep_merge, read_path
-from picoflow.step_registry import collect_steps
 
 
 class OwnerStep(Step):

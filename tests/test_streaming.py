@@ -10,10 +10,10 @@ import pytest
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, ModelSelection, Step, ToolSpec, tool
+from picoflow.authoring.recovery import DEFAULT_STALL_MS, resolve_call_policy
 from picoflow.events import TurnEvent
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
-from picoflow.recovery import DEFAULT_STALL_MS, resolve_call_policy
 from picoflow.stores import MemorySessionStore
 from tests.support.echo_flows import EchoFlow, JsonFlow
 from tests.support.engine import call, scripted_engine, text

@@ -6,9 +6,9 @@ import pytest
 from pydantic import BaseModel
 
 from picoflow import Flow, ModelSelection, Step, ToolSpec, go, tool, tools
+from picoflow.authoring.step_registry import collect_steps
+from picoflow.authoring.step_tools import group_handler, offered_tool_names, tool_handler
 from picoflow.errors import PicoFlowError
-from picoflow.step_registry import collect_steps
-from picoflow.step_tools import group_handler, offered_tool_names, tool_handler
 
 
 class Args(BaseModel):
@@ -129,7 +129,7 @@ def test_decorator_misuse_is_reported():
             @tool("x")
             async def two(self, args: dict) -> None: ...
 
-        from picoflow.step_tools import decorated_tools
+        from picoflow.authoring.step_tools import decorated_tools
 
         decorated_tools(Twice)
 

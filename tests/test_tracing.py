@@ -24,13 +24,13 @@ from pydantic import BaseModel
 
 from flows.hotel import HotelFlow
 from picoflow import Flow, FlowEngine, ModelSelection, Step, tool
-from picoflow.decision import ScriptedDecisionProvider
+from picoflow.authoring.decision import ScriptedDecisionProvider
+from picoflow.authoring.transitions import TOOL_VALIDATED
 from picoflow.models.registry import ProviderRegistry
 from picoflow.models.scripted import ScriptedProvider
 from picoflow.results import RunResponse
 from picoflow.stores import MemorySessionStore
 from picoflow.telemetry import CAPTURE_CONTENT_ENV, trace_only_context
-from picoflow.transitions import TOOL_VALIDATED
 from tests.support.engine import call, scripted_engine, text
 from tests.test_decision import SupportFlow, answers, decision_engine
 

@@ -13,18 +13,21 @@ from pathlib import Path
 
 import pytest
 
+from picoflow.authoring.transitions import effect_keys, handled_tool_call, handling, handling_step, journaled_key
 from picoflow.deadline import current_deadline, current_scope, time_left, turn_deadline
 from picoflow.errors import TurnDeadlineError
 from picoflow.events import EventSink, TurnEvent
 from picoflow.models.calls import model_call_for
 from picoflow.results import RunResponse
-from picoflow.transitions import effect_keys, handled_tool_call, handling, handling_step, journaled_key
 from tests.test_architecture import imported_modules, module_files
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "picoflow"
 MAX_CONTEXT_VARS = 4
-AUTHORING_CORE = {"picoflow.flow", "picoflow.step", "picoflow.run_context", "picoflow.transitions"}
+AUTHORING_CORE = {
+    "picoflow.authoring.flow", "picoflow.authoring.step", "picoflow.authoring.run_context",
+    "picoflow.authoring.transitions",
+}
 
 
 def _circles(graph: dict[str, set[str]]) -> list[set[str]]:

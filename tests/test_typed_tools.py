@@ -10,9 +10,9 @@ from langchain_core.messages import ToolMessage
 from pydantic import BaseModel, Field
 
 from picoflow import Flow, ModelSelection, Step, TerminateSessionStep, ToolSpec, direct, go, stay, tool, tools
+from picoflow.authoring.step_registry import collect_steps
+from picoflow.authoring.step_tools import InvalidToolArguments, typed_tool_specs
 from picoflow.errors import PicoFlowError
-from picoflow.step_registry import collect_steps
-from picoflow.step_tools import InvalidToolArguments, typed_tool_specs
 from tests.support.engine import call, scripted_engine, text
 
 

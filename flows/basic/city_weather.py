@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flows.basic.weather_contract import TOOL, Temperatures
-from picoflow.flow import Flow
+from picoflow.authoring.flow import Flow
 
 SERVER = "weather"
 SUPPORTED_CITIES = ("LA", "NYC")

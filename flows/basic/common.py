@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from picoflow import TerminateSessionStep, Transition, go, tool
+from picoflow.authoring.prompts import load_prompt
 from picoflow.parsing import parse_json
-from picoflow.prompts import load_prompt
 
 ROLE = load_prompt("role.md", __file__).strip()
 ABRUPT_END = load_prompt("abrupt_end.md", __file__).strip()

@@ -21,8 +21,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from picoflow import Step
-from picoflow.parallel import ParallelBatchResult, RunStepRequest
-from picoflow.prompts import prompt
+from picoflow.authoring.prompts import prompt
+from picoflow.authoring.step_runs import ParallelBatchResult, RunStepRequest
 
 
 class FollowUpParams(BaseModel):

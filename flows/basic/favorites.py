@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from flows.basic.common import parse_json_object
 from flows.basic.profile import NameStep
 from picoflow import Step, Transition, go
+from picoflow.authoring.prompts import load_prompt, prompt
 from picoflow.messages import HumanMessageEx
-from picoflow.prompts import load_prompt, prompt
 
 PROMPT = prompt("favorites.md", __file__, question_schema=load_prompt("favorites.json", __file__).strip())
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flows.basic.concurrent import ConcurStep1, ConcurStep2, follow_up, outcome
 from picoflow import Step
-from picoflow.prompts import prompt
+from picoflow.authoring.prompts import prompt
 
 
 class MovieIdea(BaseModel):

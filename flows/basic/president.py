@@ -7,8 +7,8 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from picoflow import Step
+from picoflow.authoring.prompts import load_prompt
 from picoflow.messages import HumanMessageEx
-from picoflow.prompts import load_prompt
 
 PROMPT = load_prompt("president.md", __file__).strip()
 

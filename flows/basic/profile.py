@@ -8,7 +8,7 @@ from flows.basic.common import ADDRESS_END, ROLE, ExitOnRequest, parse_json_obje
 from flows.basic.in_context import InContextStep
 from flows.basic.validators import InvalidInput, check_birth_date, check_full_name, parse_address
 from picoflow import Step, TerminateSessionStep, Transition, go, stay, tool
-from picoflow.prompts import prompt
+from picoflow.authoring.prompts import prompt
 
 
 class NameArgs(BaseModel):

@@ -10,8 +10,8 @@ from flows.basic.city_weather import SUPPORTED_CITIES, fetch_temperatures, norma
 from flows.basic.common import ROLE, ExitOnRequest
 from flows.basic.logic import FooLogicStep
 from picoflow import Step, Transition, go, stay, tool, tools
+from picoflow.authoring.prompts import prompt
 from picoflow.mcp import MCPUnavailableError
-from picoflow.prompts import prompt
 
 
 class WeatherArgs(BaseModel):

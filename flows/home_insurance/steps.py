@@ -32,8 +32,8 @@ from flows.home_insurance.records import (
     SelectArgs,
 )
 from picoflow import LogicStep, Step, TerminateSessionStep, Transition, direct, go, stay, tool
+from picoflow.authoring.prompts import prompt
 from picoflow.messages import HumanMessageEx
-from picoflow.prompts import prompt
 
 #: Pins the date quotes are calculated on for every session (an ISO date or instant), as ``config.currentDate``
 #: pins it for one session.

@@ -11,9 +11,9 @@ from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, Field
 
 from picoflow import Flow, Step, TerminateSessionStep, Transition, direct, direct_to, go, stay, tool
+from picoflow.authoring.prompts import prompt
 from picoflow.mcp import MCPUnavailableError
 from picoflow.messages import HumanMessageEx
-from picoflow.prompts import prompt
 
 from . import booking, chart
 from .contract import (

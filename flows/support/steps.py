@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 
 from flows.support import orders, policy, receipt
 from picoflow import LogicStep, Step, TerminateSessionStep, Transition, go, stay, tool
+from picoflow.authoring.prompts import prompt
 from picoflow.messages import HumanMessageEx
-from picoflow.prompts import prompt
 
 Reason = Literal["damaged", "wrong_item", "too_small", "too_large", "not_as_described", "no_longer_needed"]
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from picoflow.authoring.flow import Flow
 from picoflow.aws.discovery import FLOWS_VARIABLE, load_flows
 from picoflow.aws.priming import model_selections
 from picoflow.aws.runtime import engine_environment
-from picoflow.flow import Flow
 from picoflow.models.factory import default_registry
 from picoflow.models.registry import ProviderRegistry
 

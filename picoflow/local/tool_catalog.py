@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from picoflow.flow import Flow
-from picoflow.step_registry import collect_steps
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.step_registry import collect_steps
 
 #: Flow name -> tool name -> the tool's description.
 ToolCatalog = dict[str, dict[str, str]]

@@ -19,7 +19,7 @@ DEFAULT_TIMEOUT_SECONDS = 60.0
 CLIENT_RETRIES = 2
 """Retries a provider's SDK client makes on its own after a transport failure (a lost connection, a timeout,
 408, 429 or 5xx), waiting as ``Retry-After`` says; PicoFlow's own attempts (``retry_attempts``) are for what only
-it can judge (see ``picoflow.recovery.is_transient_error``)."""
+it can judge (see ``picoflow.authoring.recovery.is_transient_error``)."""
 
 # Connection and retry settings belong to the provider and the runner, never to a selection's params.
 RESERVED_PARAMS: dict[str, str] = {

@@ -22,12 +22,12 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from picoflow.flow import Flow
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.step import Step
+from picoflow.authoring.step_tools import ApprovalRule, Approver
 from picoflow.messages import AiMessageEx, ToolMessageEx, gen_message_id
 from picoflow.session.approvals import arguments_digest, forget_old
 from picoflow.session.document import ApprovalCall, ApprovalDoc, utc_now
-from picoflow.step import Step
-from picoflow.step_tools import ApprovalRule, Approver
 
 #: What the model reads while a call waits, and once it is declined or has expired.
 WAITING = (

@@ -8,13 +8,13 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.run_context import ensure_top_level
+from picoflow.authoring.step import Step
+from picoflow.authoring.transitions import Transition, as_transition
+from picoflow.conversation.state import PROMPT_KEY
 from picoflow.errors import PicoFlowError
-from picoflow.flow import Flow
 from picoflow.messages import as_text, content_text, gen_message_id
-from picoflow.run_context import ensure_top_level
-from picoflow.state import PROMPT_KEY
-from picoflow.step import Step
-from picoflow.transitions import Transition, as_transition
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from picoflow import telemetry
-from picoflow.deadline import time_left
-from picoflow.decision import (
+from picoflow.authoring.decision import (
     RESERVED_FACT_KEYS,
     ChatDecisionProvider,
     Choice,
@@ -25,14 +24,15 @@ from picoflow.decision import (
     Score,
     validate_answers,
 )
-from picoflow.decision_step import DecisionStep
+from picoflow.authoring.decision_step import DecisionStep
+from picoflow.authoring.recovery import is_transient_error
+from picoflow.authoring.recovery_hooks import first_answer
+from picoflow.authoring.run_context import TurnServices, cancellation_signal
+from picoflow.authoring.transitions import Transition, as_transition, handling
+from picoflow.deadline import time_left
 from picoflow.errors import DecisionValidationError, ParallelCancelledError, PicoFlowError
 from picoflow.logger import library_log
-from picoflow.recovery import is_transient_error
-from picoflow.recovery_hooks import first_answer
-from picoflow.run_context import TurnServices, cancellation_signal
 from picoflow.session.document import DecisionUsage, SessionDoc, TokenUsage
-from picoflow.transitions import Transition, as_transition, handling
 
 
 async def decide(step: DecisionStep) -> Transition:

@@ -16,15 +16,15 @@ import copy
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.step import Step
+from picoflow.authoring.transitions import DirectResult, Transition, as_transition, effect_keys
+from picoflow.conversation.state import TRANSIENT_KEY
 from picoflow.deadline import before_deadline
 from picoflow.errors import PicoFlowError
-from picoflow.flow import Flow
 from picoflow.messages import from_message_doc, to_message_doc
 from picoflow.session.document import MessageDoc
 from picoflow.session.journal import TurnJournal
-from picoflow.state import TRANSIENT_KEY
-from picoflow.step import Step
-from picoflow.transitions import DirectResult, Transition, as_transition, effect_keys
 
 #: What the session log says of a call whose handler ran and was journaled, and of one replayed from the journal.
 JOURNALED = "effect journaled"

@@ -15,10 +15,14 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from picoflow import telemetry
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.run_context import execution_frames
+from picoflow.authoring.step import LogicStep, Step
+from picoflow.authoring.step_registry import collect_steps
+from picoflow.authoring.transitions import as_transition
+from picoflow.conversation.memory import Namespace
 from picoflow.errors import ApprovalNotPendingError, PicoFlowError
 from picoflow.files.refs import with_files
-from picoflow.flow import Flow
-from picoflow.memory import Namespace
 from picoflow.messages import (
     CONTINUE_PREFIX,
     AiMessageEx,
@@ -30,12 +34,8 @@ from picoflow.messages import (
 )
 from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.results import RunResponse
-from picoflow.run_context import execution_frames
 from picoflow.session import approvals as records
 from picoflow.session.approvals import Decision
-from picoflow.step import LogicStep, Step
-from picoflow.step_registry import collect_steps
-from picoflow.transitions import as_transition
 from picoflow.turn import approvals, streaming
 from picoflow.turn.cursor import Reply, apply_transition, deliver_direct, executing_step, read_answer
 from picoflow.turn.model_call import ModelCall, call_model

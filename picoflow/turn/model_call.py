@@ -15,6 +15,20 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.runnables import Runnable
 
 from picoflow import telemetry
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.recovery import (
+    LlmAttemptErrorContext,
+    LlmBlockedContext,
+    LlmErrorContext,
+    LlmErrorKind,
+    RetryWithModel,
+    StopReason,
+)
+from picoflow.authoring.recovery_hooks import handle_block, recover_from_error, should_retry
+from picoflow.authoring.run_context import cancellation_signal
+from picoflow.authoring.step import Step
+from picoflow.authoring.step_tools import offered_names
+from picoflow.conversation.memory import Namespace
 from picoflow.deadline import time_left
 from picoflow.errors import (
     ModelNotConfiguredError,
@@ -24,9 +38,7 @@ from picoflow.errors import (
 )
 from picoflow.files.reader import with_file_parts
 from picoflow.files.reopen import OPEN_FILE_TOOL, open_file_tool
-from picoflow.flow import Flow
 from picoflow.mcp import MCPTools, ToolOffer, offered_tools
-from picoflow.memory import Namespace
 from picoflow.messages import (
     EMPTY_RESPONSE_NUDGE,
     HumanMessageEx,
@@ -40,18 +52,6 @@ from picoflow.models.calls import model_call_for
 from picoflow.models.refusals import configuration_error
 from picoflow.models.registry import ModelSelection
 from picoflow.models.vocabulary import Block, Vocabulary
-from picoflow.recovery import (
-    LlmAttemptErrorContext,
-    LlmBlockedContext,
-    LlmErrorContext,
-    LlmErrorKind,
-    RetryWithModel,
-    StopReason,
-)
-from picoflow.recovery_hooks import handle_block, recover_from_error, should_retry
-from picoflow.run_context import cancellation_signal
-from picoflow.step import Step
-from picoflow.step_tools import offered_names
 from picoflow.turn import streaming
 
 

@@ -17,15 +17,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from picoflow.errors import (
-    ParallelCancelledError,
-    ParallelDuplicateKeyError,
-    ParallelExecutionError,
-    ParallelStateConflictError,
-    PicoFlowError,
-)
-from picoflow.flow import Flow
-from picoflow.parallel import (
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.run_context import enter_worker_view, execution_frame, execution_frames, worker_view
+from picoflow.authoring.step import Step
+from picoflow.authoring.step_runs import (
     BranchResult,
     CancellationSignal,
     Checkpoint,
@@ -38,10 +33,15 @@ from picoflow.parallel import (
     check_json,
     parallel_settings,
 )
-from picoflow.run_context import enter_worker_view, execution_frame, execution_frames, worker_view
+from picoflow.conversation.state import SAVE_ON_KEY
+from picoflow.errors import (
+    ParallelCancelledError,
+    ParallelDuplicateKeyError,
+    ParallelExecutionError,
+    ParallelStateConflictError,
+    PicoFlowError,
+)
 from picoflow.session.document import SequenceItem, format_timestamp
-from picoflow.state import SAVE_ON_KEY
-from picoflow.step import Step
 from picoflow.turn.worker import Budget, WorkerView, active_worker, channel_for, new_worker, read_only
 from picoflow.validation import validation_problems
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage, message_chunk_to_message
 
+from picoflow.authoring.run_context import execution_frames, worker_view
+from picoflow.authoring.step import Step
 from picoflow.events import EventSink, ToolCallView
 from picoflow.messages import content_text, finish_reason
-from picoflow.run_context import execution_frames, worker_view
-from picoflow.step import Step
 from picoflow.wire import PLAIN_TEXT
 
 

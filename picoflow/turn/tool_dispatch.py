@@ -13,13 +13,9 @@ from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel, ValidationError
 
 from picoflow import telemetry
-from picoflow.errors import PicoFlowError
-from picoflow.files.reopen import OPEN_FILE_TOOL, FileOpening
-from picoflow.flow import Flow
-from picoflow.mcp import ToolCallOutcome, run_offered
-from picoflow.messages import ToolMessageEx
-from picoflow.step import Step
-from picoflow.step_tools import (
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.step import Step
+from picoflow.authoring.step_tools import (
     InvalidToolArguments,
     approval_of,
     argument_model,
@@ -29,7 +25,11 @@ from picoflow.step_tools import (
     takes_no_arguments,
     tool_handler,
 )
-from picoflow.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition, handling
+from picoflow.authoring.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition, handling
+from picoflow.errors import PicoFlowError
+from picoflow.files.reopen import OPEN_FILE_TOOL, FileOpening
+from picoflow.mcp import ToolCallOutcome, run_offered
+from picoflow.messages import ToolMessageEx
 from picoflow.turn import approvals, effects
 from picoflow.turn.cursor import apply_transition
 from picoflow.turn.model_call import ModelCall

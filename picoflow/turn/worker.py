@@ -9,14 +9,14 @@ from datetime import date, datetime
 from enum import Enum
 from typing import Any, NoReturn, cast
 
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.run_context import worker_view
+from picoflow.authoring.step import Step
+from picoflow.authoring.step_runs import CancellationSignal, Contribution, ParallelInvocation, StateChannel, check_json
+from picoflow.conversation.memory import Memory, Namespace
+from picoflow.conversation.state import SAVE_ON_KEY, TRANSIENT_KEY, read_path
 from picoflow.errors import ParallelExecutionError, ParallelMutationError
-from picoflow.flow import Flow
-from picoflow.memory import Memory, Namespace
-from picoflow.parallel import CancellationSignal, Contribution, ParallelInvocation, StateChannel, check_json
-from picoflow.run_context import worker_view
 from picoflow.session.document import SequenceItem, SessionDoc, validate_namespace
-from picoflow.state import SAVE_ON_KEY, TRANSIENT_KEY, read_path
-from picoflow.step import Step
 
 # Framework-owned state keys: stamped at publication or never published at all.
 _UNPUBLISHED_FIELDS = frozenset({SAVE_ON_KEY, TRANSIENT_KEY})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from picoflow import DecisionStep, Flow, ModelSelection, Step, direct, direct_to, go
-from picoflow.decision import Choice, DecisionContext, DecisionErrorContext
+from picoflow.authoring.decision import Choice, DecisionContext, DecisionErrorContext
 
 ROUTE = Choice(criteria={
     "review": "Show the saved criteria without searching",

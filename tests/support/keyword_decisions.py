@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from picoflow import Flow, ModelSelection, Step
-from picoflow.decision import DecisionRequest, DecisionResult
+from picoflow.authoring.decision import DecisionRequest, DecisionResult
 from picoflow.session.document import TokenUsage
 from tests.support.decision_flows import RouterStep, SearchStep
 

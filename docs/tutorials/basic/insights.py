@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from picoflow import LogicStep, Step, Transition, go
-from picoflow.parallel import RunStepRequest
+from picoflow.authoring.step_runs import RunStepRequest
 
 from .favorites import FavoritesStep
 

@@ -14,23 +14,23 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from picoflow.conversation.memory import Memory
+from picoflow.conversation.state import TRANSIENT_KEY, read_path
 from picoflow.errors import PicoFlowError
 from picoflow.files.turn_files import TurnFiles
-from picoflow.memory import Memory
 from picoflow.models.registry import ModelSelection
 from picoflow.session.document import SESSION_DOC_VERSION, FlowDoc, SequenceItem, SessionDoc, StepDoc
-from picoflow.state import TRANSIENT_KEY, read_path
 
 if TYPE_CHECKING:
-    from picoflow.decision import DecisionProvider
+    from picoflow.authoring.decision import DecisionProvider
+    from picoflow.authoring.step import Step
+    from picoflow.authoring.step_runs import CancellationSignal, ParallelBatchResult, ParallelInvocation
+    from picoflow.authoring.step_tools import ToolSpec
+    from picoflow.authoring.transitions import Transition
     from picoflow.events import EventSink
     from picoflow.mcp import MCPSessions
     from picoflow.models.registry import ProviderRegistry
-    from picoflow.parallel import CancellationSignal, ParallelBatchResult, ParallelInvocation
     from picoflow.session.journal import TurnJournal
-    from picoflow.step import Step
-    from picoflow.step_tools import ToolSpec
-    from picoflow.transitions import Transition
 
 
 # -- what runs in each task ---------------------------------------------------------------------

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
-from picoflow.decision_step import DecisionStep, check_decision_setup
+from picoflow.authoring.decision_step import DecisionStep, check_decision_setup
+from picoflow.authoring.flow import Flow
+from picoflow.authoring.step import Step
+from picoflow.authoring.step_registry import collect_steps
+from picoflow.authoring.step_tools import class_of, group_handlers, offered_tool_names, tool_handler
+from picoflow.authoring.transitions import step_name
 from picoflow.errors import PicoFlowError
-from picoflow.flow import Flow
 from picoflow.models.registry import ModelSelection, ProviderRegistry
-from picoflow.step import Step
-from picoflow.step_registry import collect_steps
-from picoflow.step_tools import class_of, group_handlers, offered_tool_names, tool_handler
-from picoflow.transitions import step_name
 
 
 def check_flow_configuration(flow_cls: type[Flow], providers: ProviderRegistry,

@@ -16,7 +16,7 @@ from picoflow.errors import PicoFlowError
 from picoflow.messages import DirectMessage
 
 if TYPE_CHECKING:
-    from picoflow.step import Step
+    from picoflow.authoring.step import Step
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,7 @@ class DirectResult:
 def direct_result(value: Any) -> DirectResult:
     """From a tool handler of a ``run_steps()`` worker: stop that worker and use ``value`` as its output."""
     # Imported here: only run_steps() workers return direct results, and the parallel machinery is theirs.
-    from picoflow.parallel import check_json
+    from picoflow.authoring.step_runs import check_json
 
     check_json(value, "The direct_result() value")
     return DirectResult(copy.deepcopy(value))

@@ -6,8 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from picoflow.errors import PicoFlowError
-from picoflow.step_tools import (
+from picoflow.authoring.step_tools import (
     NoArguments,
     ToolSpec,
     class_of,
@@ -16,6 +15,7 @@ from picoflow.step_tools import (
     offered_tool_names,
     typed_tool_specs,
 )
+from picoflow.errors import PicoFlowError
 
 
 @dataclass(frozen=True)

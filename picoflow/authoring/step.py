@@ -12,14 +12,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
-from picoflow.errors import PicoFlowError
-from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
-from picoflow.models.registry import ModelSelection
-from picoflow.recovery import LlmCallPolicy, resolve_call_policy
-from picoflow.recovery_hooks import RecoveryHooks
-from picoflow.session.document import format_timestamp, validate_namespace
-from picoflow.state import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path
-from picoflow.step_tools import (
+from picoflow.authoring.recovery import LlmCallPolicy, resolve_call_policy
+from picoflow.authoring.recovery_hooks import RecoveryHooks
+from picoflow.authoring.step_tools import (
     InvalidToolArguments,
     ToolSpec,
     class_of,
@@ -27,7 +22,7 @@ from picoflow.step_tools import (
     tools,
     typed_tool_specs,
 )
-from picoflow.transitions import (
+from picoflow.authoring.transitions import (
     Transition,
     direct,
     direct_result,
@@ -38,14 +33,19 @@ from picoflow.transitions import (
     journaled_key,
     stay,
 )
+from picoflow.conversation.state import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path
+from picoflow.errors import PicoFlowError
+from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
+from picoflow.models.registry import ModelSelection
+from picoflow.session.document import format_timestamp, validate_namespace
 from picoflow.wire import PLAIN_TEXT
 
 if TYPE_CHECKING:
     from langchain_core.messages import AIMessage
 
-    from picoflow.flow import Flow
-    from picoflow.mcp import MCPTools
-    from picoflow.parallel import (
+    from picoflow.authoring.flow import Flow
+    from picoflow.authoring.run_context import Worker
+    from picoflow.authoring.step_runs import (
         CancellationSignal,
         Checkpoint,
         FailurePolicy,
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
         RunStepRequest,
         StateChannel,
     )
-    from picoflow.run_context import Worker
+    from picoflow.mcp import MCPTools
 
 # What earlier releases taught to import from this module keeps resolving here.
 __all__ = [

@@ -11,7 +11,7 @@ from picoflow.errors import PicoFlowError
 from picoflow.models.registry import ModelSelection
 
 if TYPE_CHECKING:
-    from picoflow.parallel import CancellationSignal
+    from picoflow.authoring.step_runs import CancellationSignal
 
 
 LlmErrorKind = Literal["invocation_error", "empty_response", "response_rejected"]

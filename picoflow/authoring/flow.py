@@ -13,24 +13,24 @@ from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from pydantic import BaseModel
 
-from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS, DecisionConversation, read_conversation
+from picoflow.authoring.recovery_hooks import RecoveryHooks
+from picoflow.authoring.run_context import RunContext, ensure_top_level, execution_frames
+from picoflow.authoring.step import Step, TerminateSessionStep
+from picoflow.authoring.step_tools import ToolSpec
+from picoflow.authoring.transitions import step_name
+from picoflow.conversation.requests import DEFAULT_MAX_PRIOR_REQUESTS, DecisionConversation, read_conversation
+from picoflow.conversation.state import deep_merge, read_path
 from picoflow.errors import PicoFlowError
 from picoflow.files.held import read_held_file
 from picoflow.files.refs import FileRef
 from picoflow.logger import SessionLogger
 from picoflow.mcp import M, MCPServerSpec, find_server
 from picoflow.models.registry import ModelSelection
-from picoflow.recovery_hooks import RecoveryHooks
-from picoflow.run_context import RunContext, ensure_top_level, execution_frames
 from picoflow.session.document import SESSION_DOC_VERSION, SequenceItem, SessionDoc
-from picoflow.state import deep_merge, read_path
-from picoflow.step import Step, TerminateSessionStep
-from picoflow.step_tools import ToolSpec
-from picoflow.transitions import step_name
 
 if TYPE_CHECKING:
+    from picoflow.authoring.decision import DecisionConfig, DecisionErrorContext
     from picoflow.batch import BatchInvoker
-    from picoflow.decision import DecisionConfig, DecisionErrorContext
     from picoflow.results import RunResponse
 
 

@@ -7,14 +7,14 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from picoflow.errors import LlmBlockedError, PicoFlowError
-from picoflow.recovery import (
+from picoflow.authoring.recovery import (
     LlmAttemptErrorContext,
     LlmBlockedContext,
     LlmErrorContext,
     RetryWithModel,
     is_transient_error,
 )
+from picoflow.errors import LlmBlockedError, PicoFlowError
 
 
 class RecoveryHooks:

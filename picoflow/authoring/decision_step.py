@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from picoflow.conversation import DEFAULT_MAX_PRIOR_REQUESTS
-from picoflow.decision import (
+from picoflow.authoring.decision import (
     DECISION_OPTION_NAMES,
     Answer,
     DecisionConfig,
@@ -20,13 +19,14 @@ from picoflow.decision import (
     Question,
     resolve_decision_config,
 )
+from picoflow.authoring.step import LogicStep, Step
+from picoflow.authoring.transitions import Transition
+from picoflow.conversation.requests import DEFAULT_MAX_PRIOR_REQUESTS
 from picoflow.errors import PicoFlowError
 from picoflow.models.registry import ModelSelection, ProviderRegistry
-from picoflow.step import LogicStep, Step
-from picoflow.transitions import Transition
 
 if TYPE_CHECKING:
-    from picoflow.flow import Flow
+    from picoflow.authoring.flow import Flow
 
 
 class DecisionStep(LogicStep):

@@ -13,14 +13,14 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from picoflow import telemetry
+from picoflow.conversation.memory import SummaryConfig
 from picoflow.deadline import within_turn
 from picoflow.errors import CompactionError
-from picoflow.memory import SummaryConfig
 from picoflow.messages import add_usage, content_text
 from picoflow.models.calls import model_call_for
 
 if TYPE_CHECKING:
-    from picoflow.flow import Flow
+    from picoflow.authoring.flow import Flow
     from picoflow.models.registry import ModelSelection, ProviderRegistry
 
 # Time kept for the save when compaction runs near the deadline: the summary calls stop this much before it.

@@ -1,8 +1,8 @@
 """Typed, non-generative decisions: the provider contract, the hooks' contexts, the call configuration and the
-built-in providers. The questions and answers (``picoflow.decision_questions``) are importable from here too.
+built-in providers. The questions and answers (``picoflow.authoring.decision_questions``) are importable from here too.
 
-A ``DecisionStep`` (``picoflow.decision_step``) asks a provider these questions about the conversation
-``picoflow.conversation`` reads; the turn runs the call.
+A ``DecisionStep`` (``picoflow.authoring.decision_step``) asks a provider these questions about the conversation
+``picoflow.conversation.requests`` reads; the turn runs the call.
 """
 
 from __future__ import annotations
@@ -15,22 +15,22 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from picoflow.decision_questions import PROBABILITY_TOLERANCE as PROBABILITY_TOLERANCE
-from picoflow.decision_questions import Answer as Answer
-from picoflow.decision_questions import Choice as Choice
-from picoflow.decision_questions import ChoiceAnswer as ChoiceAnswer
-from picoflow.decision_questions import Noul as Noul
-from picoflow.decision_questions import NoulAnswer as NoulAnswer
-from picoflow.decision_questions import Question as Question
-from picoflow.decision_questions import Score as Score
-from picoflow.decision_questions import ScoreAnswer as ScoreAnswer
-from picoflow.decision_questions import nearest_level as nearest_level
-from picoflow.decision_questions import validate_answers as validate_answers
+from picoflow.authoring.decision_questions import PROBABILITY_TOLERANCE as PROBABILITY_TOLERANCE
+from picoflow.authoring.decision_questions import Answer as Answer
+from picoflow.authoring.decision_questions import Choice as Choice
+from picoflow.authoring.decision_questions import ChoiceAnswer as ChoiceAnswer
+from picoflow.authoring.decision_questions import Noul as Noul
+from picoflow.authoring.decision_questions import NoulAnswer as NoulAnswer
+from picoflow.authoring.decision_questions import Question as Question
+from picoflow.authoring.decision_questions import Score as Score
+from picoflow.authoring.decision_questions import ScoreAnswer as ScoreAnswer
+from picoflow.authoring.decision_questions import nearest_level as nearest_level
+from picoflow.authoring.decision_questions import validate_answers as validate_answers
+from picoflow.authoring.recovery import CallSite
 from picoflow.errors import DecisionValidationError, PicoFlowError
 from picoflow.messages import usage_from_message
 from picoflow.models.calls import model_call_for
 from picoflow.models.registry import ModelSelection
-from picoflow.recovery import CallSite
 from picoflow.session.document import TokenUsage
 from picoflow.validation import validation_problems
 
@@ -74,7 +74,7 @@ class DecisionProvider(Protocol):
     name them in ``PICOFLOW_DECISION_PROVIDERS`` where the engine is built from the environment.
 
     A provider may also define ``should_retry(error) -> bool`` to say which of its failures are transient;
-    without it ``picoflow.recovery.is_transient_error`` decides, as for model calls (a timeout is retried,
+    without it ``picoflow.authoring.recovery.is_transient_error`` decides, as for model calls (a timeout is retried,
     a ``KeyError`` is not).
     """
 
