@@ -26,7 +26,7 @@ from tests.test_architecture import import_layers, module_files
 
 PACKAGE = str(Path(picoflow.__file__).resolve().parent) + "/"
 #: Where a call may climb a layer: the hooks a flow author overrides, and the model loop ``Step.run`` starts.
-CLIMBS_INTO = {"flow.py", "step.py", "turn/loop.py:run_model_loop"}
+CLIMBS_INTO = {"authoring/flow.py", "authoring/step.py", "turn/loop.py:run_model_loop"}
 
 
 def _trace_search_turn() -> tuple[set[str], Counter[tuple[str, str, str]], str]:
@@ -54,8 +54,8 @@ def test_the_search_turn_calls_up_a_layer_only_into_hooks() -> None:
     assert message == chat[-1]["content"]
     layer = {str(path.resolve())[len(PACKAGE):]: import_layers()[name] for name, path in module_files().items()}
     climbs = {(caller, callee, name) for caller, callee, name in calls if layer[callee] > layer[caller]}
-    flow_step_calls = sum(count for (caller, callee, _), count in calls.items() if {caller, callee} == {"flow.py",
-                                                                                                          "step.py"})
+    flow_step_calls = sum(count for (caller, callee, _), count in calls.items() if {caller, callee} == {
+        "authoring/flow.py", "authoring/step.py"})
     print(f"\nsearch turn: {len(files)} files of picoflow/ entered, {len({(a, b) for a, b, _ in calls})} caller -> "
           f"callee directions, {sum(calls.values())} cross-file calls, {len(climbs)} calls that climb a layer, "
           f"{flow_step_calls} calls between flow.py and step.py")
@@ -68,7 +68,8 @@ def test_the_search_turn_calls_up_a_layer_only_into_hooks() -> None:
     # event stream) join the 20 of the split; one job per module then adds the turn's phases (turn/model_call.py,
     # turn/tool_dispatch.py, turn/cursor.py), the MCP package's declarations, sessions and offers, the providers'
     # vocabulary, the compaction the save runs, the token accounting (usage.py), the reading of older
-    # documents (session/legacy.py), where the flow's MCP server is found (mcp/environment.py) and the turn's
-    # files (files/turn_files.py).
-    assert len(files) <= 35, sorted(files)
+    # documents (session/legacy.py), where the flow's MCP server is found (mcp/environment.py), the turn's
+    # files (files/turn_files.py) and the package root, whose finder of moved module paths is asked about any
+    # import nothing else finds.
+    assert len(files) <= 36, sorted(files)
     assert flow_step_calls <= 10
