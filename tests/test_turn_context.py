@@ -19,7 +19,7 @@ from picoflow.errors import TurnDeadlineError
 from picoflow.events import EventSink, TurnEvent
 from picoflow.models.calls import model_call_for
 from picoflow.results import RunResponse
-from tests.test_architecture import imported_modules, module_files
+from tests.test_architecture import cycles, imported_modules, module_files
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "picoflow"
@@ -30,61 +30,12 @@ AUTHORING_CORE = {
 }
 
 
-def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
-    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[set[str]] = []
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, edges = work[-1]
-            advanced = False
-            for target in edges:
-                if target not in index:
-                    index[target] = low[target] = len(index)
-                    stack.append(target)
-                    on_stack.add(target)
-                    work.append((target, iter(sorted(graph[target]))))
-                    advanced = True
-                    break
-                if target in on_stack:
-                    low[node] = min(low[node], index[target])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                group = set()
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    group.add(member)
-                    if member == node:
-                        break
-                if len(group) > 1:
-                    found.append(group)
-    return found
-
-
 def test_type_references_circle_only_through_the_authoring_core() -> None:
     modules = module_files()
     graph = {name: imported_modules(name, path, modules, type_checking=True) - {name}
              for name, path in modules.items()}
-    circles = _circles(graph)
-    assert all(group <= AUTHORING_CORE for group in circles), [sorted(group) for group in circles]
-
-
-def test_the_circle_finder_finds_a_circle() -> None:
-    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    circles = cycles(graph)
+    assert all(set(group) <= AUTHORING_CORE for group in circles), circles
 
 
 def test_at_most_four_context_variables_each_with_its_reason() -> None:
