@@ -68,6 +68,7 @@ from picoflow import FlowEngine  # noqa: E402
 from picoflow.models.registry import ProviderRegistry  # noqa: E402
 from picoflow.session.document import decode_document
 from picoflow.session.dynamodb_store import CLIENT_CONFIG, DynamoDBSessionStore, create_table  # noqa: E402
+from picoflow.session.factory import store_from_env  # noqa: E402
 from picoflow.session.memory_store import MemorySessionStore  # noqa: E402
 from picoflow.session.store import SessionStore  # noqa: E402
 from tests.support.dynamodb_local import DUMMY_AWS_ENV, REGION, local_client, running_dynamodb_local  # noqa: E402
@@ -211,8 +212,13 @@ def picoflow_dynamodb_side(endpoint: str) -> tuple[Side, str]:
     table = f"picoflow-sessions-{uuid.uuid4().hex[:8]}"
     client = boto3.session.Session().client("dynamodb", endpoint_url=endpoint, region_name=REGION, config=CLIENT_CONFIG)
     create_table(client, table)
-    # The store as a deployment builds it: its own client and connections, its requests sent by the store.
-    store = DynamoDBSessionStore(table, endpoint_url=endpoint, region_name=REGION)
+    # The store as a deployment builds it (picoflow.aws's runtime: one turn at a time): its own client and
+    # connections, its requests sent by the store.
+    store = store_from_env(
+        {"SESSION_STORE": "DYNAMODB", "SESSION_TABLE": table, "DYNAMODB_ENDPOINT_URL": endpoint, "AWS_REGION": REGION},
+        one_turn_at_a_time=True,
+    )
+    assert isinstance(store, DynamoDBSessionStore)
     side = picoflow_side("PicoFlow", store, StorageMeter(store.client))
     return side, table
 

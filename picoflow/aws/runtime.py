@@ -107,7 +107,8 @@ def build_engine(environ: Mapping[str, str] | None = None) -> FlowEngine:
     env = engine_environment(environ)
     plain = env.plain
     flows = load_flows(plain.get(FLOWS_VARIABLE))
-    store = store_from_env(plain)
+    # A Lambda execution environment runs one invocation at a time.
+    store = store_from_env(plain, one_turn_at_a_time=True)
     decisions = load_decision_providers(plain.get(DECISION_PROVIDERS_VARIABLE), env)
     engine = FlowEngine(
         flows=flows, session_store=store, providers=default_registry(env), decision_providers=decisions,

@@ -34,6 +34,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from picoflow.deadline import current_deadline
 from picoflow.errors import (
     SessionConflictError,
     SessionFlowInvariantError,
@@ -50,6 +51,12 @@ from picoflow.session.document import (
     new_document,
     prepare_write,
 )
+from picoflow.session.dynamodb_client import CLIENT_CONFIG as CLIENT_CONFIG
+from picoflow.session.dynamodb_client import CONNECT_TIMEOUT_SECONDS as CONNECT_TIMEOUT_SECONDS
+from picoflow.session.dynamodb_client import MAX_ATTEMPTS as MAX_ATTEMPTS
+from picoflow.session.dynamodb_client import READ_TIMEOUT_SECONDS as READ_TIMEOUT_SECONDS
+from picoflow.session.dynamodb_client import longest_request_seconds as longest_request_seconds
+from picoflow.session.dynamodb_client import user_agent_extra as user_agent_extra
 from picoflow.session.dynamodb_table import MAX_ITEM_BYTES as MAX_ITEM_BYTES
 from picoflow.session.dynamodb_table import OWNER_INDEX as OWNER_INDEX
 from picoflow.session.dynamodb_table import PENDING as PENDING
@@ -70,20 +77,6 @@ ERASE_PASSES = 5
 #: Deletes ``delete_owner`` keeps in flight at once.
 ERASE_CONCURRENCY = 8
 
-CONNECT_TIMEOUT_SECONDS = 2
-READ_TIMEOUT_SECONDS = 5
-MAX_ATTEMPTS = 3
-
-# Throttling and connection errors are retried by botocore (standard mode: jittered exponential backoff with a
-# retry quota), then surface as a 503 SessionStoreError. ``total_max_attempts`` counts the first attempt too:
-# 3 in all, whose backoff is at most 1 s + 2 s, which keeps a turn's read and write well inside the Lambda timeout.
-# A ``config`` given to the store is merged over these defaults, so it may change any of them.
-CLIENT_CONFIG = Config(
-    connect_timeout=CONNECT_TIMEOUT_SECONDS,
-    read_timeout=READ_TIMEOUT_SECONDS,
-    retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
-)
-
 _UNAVAILABLE_CODES = frozenset(
     {
         "ProvisionedThroughputExceededException",
@@ -93,16 +86,6 @@ _UNAVAILABLE_CODES = frozenset(
         "ServiceUnavailableException",
     }
 )
-
-
-def user_agent_extra() -> str:
-    """``picoflow/<version>``: what every client the store builds adds to its User-Agent."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"picoflow/{version('picoflow-aws').split('+')[0]}"
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "picoflow/unknown"
 
 
 class DynamoDBSessionStore(SessionStore):
@@ -120,6 +103,13 @@ class DynamoDBSessionStore(SessionStore):
     With ``ttl_seconds`` every write stamps ``expiresAt`` so DynamoDB TTL can remove abandoned sessions.
     ``max_document_bytes`` (the item size, names included) defaults to DynamoDB's 400 KB item limit;
     set it lower to keep headroom, never higher.
+
+    Requests run in a worker thread, so a turn can give up on one that hangs when its deadline comes. With
+    ``inline_reads_and_writes`` the session's own read and write (``load``, ``save``, ``create``, ``insert``) run
+    on the event loop's thread instead whenever the client's timeouts and attempts bound the request within
+    the turn's time left (``longest_request_seconds``): the hand-off to a thread costs more CPU than the
+    request's own work saves. Only for a process that runs one turn at a time, as a Lambda function does
+    (``picoflow.aws`` builds its store so): meanwhile no other task of the loop runs.
     """
 
     max_document_bytes: int | None = MAX_ITEM_BYTES
@@ -134,6 +124,7 @@ class DynamoDBSessionStore(SessionStore):
         endpoint_url: str | None = None,
         region_name: str | None = None,
         ttl_seconds: int | None = None,
+        inline_reads_and_writes: bool = False,
     ) -> None:
         if client is not None and (session is not None or config is not None):
             raise ValueError("Give DynamoDBSessionStore a client, or a session and/or a config, not both.")
@@ -141,6 +132,7 @@ class DynamoDBSessionStore(SessionStore):
         self.endpoint_url = endpoint_url
         self.region_name = region_name
         self.ttl_seconds = ttl_seconds
+        self.inline_reads_and_writes = inline_reads_and_writes
         self._client = client
         self._session = session
         self._config = config
@@ -156,6 +148,7 @@ class DynamoDBSessionStore(SessionStore):
             "load",
             session_id,
             "get_item",
+            inline=True,
             TableName=self.table_name,
             Key={"id": {"S": session_id}},
             ConsistentRead=True,
@@ -189,6 +182,7 @@ class DynamoDBSessionStore(SessionStore):
             operation,
             doc.id,
             "put_item",
+            inline=True,
             TableName=self.table_name,
             Item=self._checked_item(doc),
             ConditionExpression="attribute_not_exists(id)",
@@ -201,6 +195,7 @@ class DynamoDBSessionStore(SessionStore):
             "save",
             written.id,
             "put_item",
+            inline=True,
             TableName=self.table_name,
             Item=item,
             ConditionExpression="#rev = :expected AND #flow = :flow",
@@ -389,6 +384,16 @@ class DynamoDBSessionStore(SessionStore):
             raise SessionTooLargeError(doc.id, size, limit)
         return item
 
+    def _bounded_in_turn(self, client: Any) -> bool:
+        """Whether a request may run on the loop's thread now: allowed, and bounded within the turn's time left."""
+        if not self.inline_reads_and_writes:
+            return False
+        deadline = current_deadline()
+        if deadline is None:
+            return True
+        longest = longest_request_seconds(client.meta.config)
+        return longest is not None and longest <= deadline - time.monotonic()
+
     def _limit(self) -> int:
         return min(self.max_document_bytes or MAX_ITEM_BYTES, MAX_ITEM_BYTES)
 
@@ -415,10 +420,14 @@ class DynamoDBSessionStore(SessionStore):
                 self._exceptions_loaded = True
             return self._client
 
-    async def _call(self, operation: str, session_id: str, method: str, **request: Any) -> dict[str, Any]:
+    async def _call(
+        self, operation: str, session_id: str, method: str, *, inline: bool = False, **request: Any
+    ) -> dict[str, Any]:
         client = self._get_client()
         send = getattr(client, method)
         try:
+            if inline and self._bounded_in_turn(client):
+                return send(**request)  # type: ignore[no-any-return]
             return await asyncio.to_thread(lambda: send(**request))
         except client.exceptions.ConditionalCheckFailedException:
             raise SessionConflictError(session_id) from None
