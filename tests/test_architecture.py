@@ -129,7 +129,7 @@ FOLDER_ORDER = [
     # what the document is made of and written with
     "logger", "usage", "messages", "files/", "results", "events",
     # model providers, and the spans of their calls
-    "models/", "telemetry",
+    "models/", "telemetry/",
     # the conversation's state and memory, with the rolling summaries
     "conversation/",
     # tools from MCP servers, and batches of sessions

@@ -64,7 +64,7 @@ def test_the_search_turn_calls_up_a_layer_only_into_hooks() -> None:
     stray = sorted(f"{caller} -> {callee}:{name}" for caller, callee, name in climbs
                    if callee not in CLIMBS_INTO and f"{callee}:{name}" not in CLIMBS_INTO)
     assert not stray, "calls that climb a layer into something other than a hook:\n" + "\n".join(stray)
-    # telemetry.py, mcp/transport.py and events.py (the turn's spans, the bounded MCP transport, the turn's
+    # telemetry/spans.py, mcp/transport.py and events.py (the turn's spans, the bounded MCP transport, the turn's
     # event stream) join the 20 of the split; one job per module then adds the turn's phases (turn/model_call.py,
     # turn/tool_dispatch.py, turn/cursor.py), the MCP package's declarations, sessions and offers, the providers'
     # vocabulary, the compaction the save runs, the token accounting (usage.py), the reading of older

@@ -1,27 +1,14 @@
-"""OpenTelemetry spans of a turn, named and attributed after the GenAI semantic conventions.
-
-A turn is an ``invoke_workflow {flow}`` span; inside it every step run is ``invoke_agent {step}``, every model
-call ``chat {model}`` (``picoflow.call.purpose`` tells a step's reply from a decision or a compaction summary)
-and every tool call ``execute_tool {tool}``. Spans go through the public OpenTelemetry API only: whatever SDK
-the process configures (ADOT in Lambda, or any other) receives them; without one they record nothing.
-
-Spans carry names, ids, models, token counts and outcomes. Message text, prompts, tool arguments and tool
-results are added only when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``true``; a session is
-named by a digest of its id, never by the id itself.
-"""
+"""The spans of a turn: ``invoke_workflow`` for the turn, ``invoke_agent`` for each step run, ``chat`` for each model
+call and ``execute_tool`` for each tool call, opened through the public OpenTelemetry API only."""
 
 from __future__ import annotations
 
 import contextvars
-import hashlib
-import json
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import Token
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from opentelemetry import context as otel_context
@@ -33,57 +20,40 @@ from picoflow.messages import content_text, finish_reason, usage_from_message
 from picoflow.models.registry import ModelSelection
 from picoflow.results import RunResponse
 from picoflow.session.document import TokenUsage
-
-#: Set to ``true`` to record message text, prompts, tool arguments and tool results on the spans.
-CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-
-OPERATION = "gen_ai.operation.name"
-PROVIDER = "gen_ai.provider.name"
-REQUEST_MODEL = "gen_ai.request.model"
-RESPONSE_MODEL = "gen_ai.response.model"
-RESPONSE_ID = "gen_ai.response.id"
-SERVER_ADDRESS = "server.address"
-CONVERSATION = "gen_ai.conversation.id"
-AGENT_NAME = "gen_ai.agent.name"
-WORKFLOW_NAME = "gen_ai.workflow.name"
-INPUT_TOKENS = "gen_ai.usage.input_tokens"
-OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
-CACHE_WRITE_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
-REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
-FINISH_REASONS = "gen_ai.response.finish_reasons"
-TOOL_NAME = "gen_ai.tool.name"
-TOOL_CALL_ID = "gen_ai.tool.call.id"
-TOOL_TYPE = "gen_ai.tool.type"
-TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
-TOOL_RESULT = "gen_ai.tool.call.result"
-INPUT_MESSAGES = "gen_ai.input.messages"
-OUTPUT_MESSAGES = "gen_ai.output.messages"
-ERROR_TYPE = "error.type"
-#: Why a model was called: ``chat`` (a step's reply), ``decision`` (a DecisionStep) or ``summary`` (compaction).
-PURPOSE = "picoflow.call.purpose"
-STEP = "picoflow.step"
-COMPLETED = "picoflow.turn.completed"
-DECISION_ROUTE = "picoflow.decision.route"
-
-# The conventions' provider names where PicoFlow's built-in provider names differ from them.
-_PROVIDER_NAMES = {
-    "bedrock": "aws.bedrock", "google": "gcp.gen_ai", "azure": "azure.ai.openai", "azure-openai": "azure.ai.openai",
-}
-# Where each built-in provider's requests go unless an endpoint variable says otherwise (``server.address``).
-_SERVER_ADDRESSES = {
-    "openai": "api.openai.com", "anthropic": "api.anthropic.com", "google": "generativelanguage.googleapis.com",
-    "deepseek": "api.deepseek.com", "openrouter": "openrouter.ai",
-}
-# LangChain's own ids for a message a provider gave none (``run-...``): not the provider's response id.
-_LANGCHAIN_IDS = ("run-", "lc_run-")
-# Selection parameters that have a request attribute of their own.
-_REQUEST_PARAMS = {
-    "temperature": "gen_ai.request.temperature",
-    "max_tokens": "gen_ai.request.max_tokens",
-    "top_p": "gen_ai.request.top_p",
-}
-_ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
+from picoflow.telemetry.conventions import (
+    AGENT_NAME,
+    COMPLETED,
+    CONVERSATION,
+    DECISION_ROUTE,
+    ERROR_TYPE,
+    FINISH_REASONS,
+    INPUT_MESSAGES,
+    LANGCHAIN_IDS,
+    OPERATION,
+    OUTPUT_MESSAGES,
+    PROVIDER,
+    PURPOSE,
+    REQUEST_MODEL,
+    REQUEST_PARAMS,
+    RESPONSE_ID,
+    RESPONSE_MODEL,
+    SERVER_ADDRESS,
+    STEP,
+    TOOL_ARGUMENTS,
+    TOOL_CALL_ID,
+    TOOL_NAME,
+    TOOL_RESULT,
+    TOOL_TYPE,
+    WORKFLOW_NAME,
+    as_message,
+    capture_content,
+    provider_name,
+    server_address,
+    session_digest,
+    text_part,
+    to_json,
+    usage_attributes,
+)
 
 _tracer = trace.get_tracer("picoflow")
 
@@ -92,16 +62,6 @@ def set_tracer_provider(provider: trace.TracerProvider | None) -> None:
     """Send PicoFlow's spans to ``provider`` instead of the process's global one (None: back to the global)."""
     global _tracer
     _tracer = provider.get_tracer("picoflow") if provider is not None else trace.get_tracer("picoflow")
-
-
-def session_digest(session_id: str) -> str:
-    """What telemetry and log lines name a session by: a digest, since the id itself lets its holder continue."""
-    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:16]
-
-
-def capture_content() -> bool:
-    """Whether spans may carry message text and tool arguments (the operator's explicit opt-in)."""
-    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
 
 
 def trace_only_context() -> contextvars.Context:
@@ -114,27 +74,6 @@ def trace_only_context() -> contextvars.Context:
     fresh = contextvars.Context()
     fresh.run(otel_context.attach, otel_context.get_current())
     return fresh
-
-
-def provider_name(provider: str) -> str:
-    """``gen_ai.provider.name`` for a selection's provider."""
-    return _PROVIDER_NAMES.get(provider, provider)
-
-
-def server_address(provider: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """``server.address`` of a built-in provider's requests: the host of its endpoint variable when one is set
-    (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``, ``AZURE_OPENAI_ENDPOINT`` ...), else its public API's; Bedrock's
-    Region endpoint; None for a provider it does not know."""
-    env = os.environ if environ is None else environ
-    variable = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL", "google": "GOOGLE_BASE_URL",
-                "azure-openai": "AZURE_OPENAI_ENDPOINT"}.get(provider)
-    configured = (env.get(variable) or "").strip() if variable else ""
-    if configured:
-        return urlsplit(configured).hostname
-    if provider == "bedrock":
-        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-        return f"bedrock-runtime.{region}.amazonaws.com" if region else None
-    return _SERVER_ADDRESSES.get(provider)
 
 
 # -- the turn -------------------------------------------------------------------------------------
@@ -203,8 +142,8 @@ class TurnSpan:
                 attributes[ERROR_TYPE] = response.error_code or "_OTHER"
                 running.span.set_status(Status(StatusCode.ERROR))
             elif running.capture and isinstance(response.message, str):
-                reply = {"role": "assistant", "parts": [_text_part(response.message)], "finish_reason": "stop"}
-                attributes[OUTPUT_MESSAGES] = _json([reply])
+                reply = {"role": "assistant", "parts": [text_part(response.message)], "finish_reason": "stop"}
+                attributes[OUTPUT_MESSAGES] = to_json([reply])
             running.outcome(attributes)
         return response
 
@@ -218,7 +157,7 @@ def turn(flow_name: str, user_message: str | None) -> Iterator[TurnSpan]:
     )
     running = _Turn(span, span.is_recording() and capture_content())
     if running.capture and user_message:
-        span.set_attribute(INPUT_MESSAGES, _json([{"role": "user", "parts": [_text_part(user_message)]}]))
+        span.set_attribute(INPUT_MESSAGES, to_json([{"role": "user", "parts": [text_part(user_message)]}]))
     token = _traced_now.set(_Traced(running))
     try:
         with _current(span):
@@ -285,7 +224,7 @@ class _Runs:
         if call.get("id"):
             attributes[TOOL_CALL_ID] = call["id"]
         if running.capture:
-            attributes[TOOL_ARGUMENTS] = _json(call.get("args") or {})
+            attributes[TOOL_ARGUMENTS] = to_json(call.get("args") or {})
         span = _tracer.start_span(f"execute_tool {call['name']}", attributes=attributes)
         self.tool, self.tool_token = span, otel_context.attach(trace.set_span_in_context(span))
         self.capture = running.capture
@@ -394,7 +333,7 @@ class ModelCallSpan:
         message = output.get("raw") if isinstance(output, Mapping) else output
         if not isinstance(message, AIMessage):
             return output
-        attributes = _usage_attributes(usage_from_message(message))
+        attributes = usage_attributes(usage_from_message(message))
         metadata = message.response_metadata or {}
         reason = finish_reason(metadata)
         reasons = [reason] if reason else []
@@ -404,18 +343,18 @@ class ModelCallSpan:
         if isinstance(model, str) and model:
             attributes[RESPONSE_MODEL] = model
         response_id = metadata.get("id") or message.id
-        if isinstance(response_id, str) and response_id and not response_id.startswith(_LANGCHAIN_IDS):
+        if isinstance(response_id, str) and response_id and not response_id.startswith(LANGCHAIN_IDS):
             attributes[RESPONSE_ID] = response_id
         if self.capture:
-            reply = {**_as_message(message), **({"finish_reason": reasons[0]} if reasons else {})}
-            attributes[OUTPUT_MESSAGES] = _json([reply])
+            reply = {**as_message(message), **({"finish_reason": reasons[0]} if reasons else {})}
+            attributes[OUTPUT_MESSAGES] = to_json([reply])
         span.set_attributes(attributes)
         return output
 
     def used(self, usage: TokenUsage | None) -> None:
         """Record token usage reported apart from a message (a decision provider's)."""
         if usage is not None and self.span.is_recording():
-            self.span.set_attributes(_usage_attributes(usage))
+            self.span.set_attributes(usage_attributes(usage))
 
 
 @contextmanager
@@ -437,12 +376,12 @@ def model_call(
         address = server_address(selection.provider)
         if address:
             attributes[SERVER_ADDRESS] = address
-        for key, attribute in _REQUEST_PARAMS.items():
+        for key, attribute in REQUEST_PARAMS.items():
             value = selection.params.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 attributes[attribute] = value
     if request and running.capture:
-        attributes[INPUT_MESSAGES] = _json([_as_message(message) for message in request])
+        attributes[INPUT_MESSAGES] = to_json([as_message(message) for message in request])
     name = f"chat {selection.name}" if selection is not None else "chat"
     span = _tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
     with _current(span):
@@ -487,36 +426,3 @@ def _failed(span: Span, error_type: str) -> None:
     if span.is_recording():
         span.set_attribute(ERROR_TYPE, error_type)
         span.set_status(Status(StatusCode.ERROR))
-
-
-def _usage_attributes(usage: TokenUsage) -> dict[str, Any]:
-    attributes: dict[str, Any] = {INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens}
-    # The breakdowns only when reported: most calls read or write no cache and do no reasoning.
-    for attribute, count in ((CACHE_READ_TOKENS, usage.cached_input_tokens),
-                             (CACHE_WRITE_TOKENS, usage.cache_creation_input_tokens),
-                             (REASONING_TOKENS, usage.reasoning_tokens)):
-        if count:
-            attributes[attribute] = count
-    return attributes
-
-
-def _text_part(text: str) -> dict[str, Any]:
-    return {"type": "text", "content": text}
-
-
-def _as_message(message: BaseMessage) -> dict[str, Any]:
-    """A message in the conventions' ``{role, parts}`` shape."""
-    text = content_text(message.content)
-    parts: list[dict[str, Any]]
-    if isinstance(message, ToolMessage):
-        parts = [{"type": "tool_call_response", "id": message.tool_call_id, "result": text}]
-    else:
-        parts = [_text_part(text)] if text else []
-    if isinstance(message, AIMessage):
-        parts += [{"type": "tool_call", "id": call.get("id"), "name": call["name"], "arguments": call.get("args")}
-                  for call in message.tool_calls]
-    return {"role": _ROLES.get(message.type, message.type), "parts": parts}
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
