@@ -23,9 +23,10 @@ Both sides run as ``template.yaml`` deploys a function: X-Ray tracing active (``
 patches botocore, every turn a sampled trace) and every DynamoDB request through botocore.
 
 Guard: PicoFlow at most 0.55x LangGraph's CPU per turn (``durability="exit"``, the closest LangGraph setting
-to PicoFlow's one write per turn), as the median of the per-round ratios: each interleaved round runs one
-conversation of every side back to back, so a burst of load from elsewhere moves both sides of that round's
-ratio alike. Goals: two storage requests per ordinary turn, fewer bytes written.
+to PicoFlow's one write per turn), as the median of the per-round ratios: each round runs one
+conversation of every side, PicoFlow's and LangGraph exit's adjacent (which goes first alternates), so a change of
+load from elsewhere moves both sides of that round's ratio alike. Goals: two storage requests per ordinary turn, fewer
+bytes written.
 """
 
 from __future__ import annotations
@@ -307,6 +308,18 @@ def run_conversation(side: Side) -> list[TurnStat]:
     return stats
 
 
+def round_order(sides: list[Side], number: int) -> list[Side]:
+    """The order of round ``number``: the first two sides (PicoFlow and the guard's baseline) back to back, which
+    of them goes first alternating from round to round, then the others.
+
+    Each side's 20 turns run together, as a warm Lambda container serves one function's turns one after another;
+    the guard's two conversations are adjacent, so a change of load elsewhere between rounds moves both alike, and
+    alternating cancels what going first or second does to either.
+    """
+    pair = sides[:2] if number % 2 == 0 else sides[1::-1]
+    return [*pair, *sides[2:]]
+
+
 # -- what each side keeps -------------------------------------------------------------------------------
 
 
@@ -373,8 +386,7 @@ def summary(side: Side) -> dict[str, float]:
 
 
 def round_ratios(pico: Side, other: Side) -> list[float]:
-    """Per interleaved round: PicoFlow's median CPU per turn over ``other``'s, from the conversations that round
-    ran back to back."""
+    """Per round: PicoFlow's median CPU per turn over ``other``'s, from the conversations that round ran."""
     return [median([s.cpu_ms for s in ours]) / median([s.cpu_ms for s in theirs])
             for ours, theirs in zip(pico.conversations, other.conversations, strict=True)]
 
@@ -429,11 +441,13 @@ def main() -> None:
             langgraph_side(FREE_DEFAULT, InMemorySaver(), StorageMeter(), None)[0],
         ]
 
-        everything = sides + free_sides
+        baseline = next(side for side in sides if side.label == EXIT_LABEL)
+        # The guard's two sides first: round_order keeps them adjacent.
+        everything = [pico, baseline, *(side for side in sides[1:] + free_sides if side is not baseline)]
         for side in everything:  # warm-up: imports, first connections, schema caches
             run_conversation(side)
-        for _ in range(args.reps):  # interleaved, so machine noise hits every side alike
-            for side in everything:
+        for number in range(args.reps):  # interleaved, so machine noise hits every side alike
+            for side in round_order(everything, number):
                 side.conversations.append(run_conversation(side))
 
         main_label = variants[0][0]
@@ -509,8 +523,9 @@ def report(sides: list[Side], free_sides: list[Side], results: dict[str, dict[st
         f"{framework_ratio:.2f}x LangGraph exit's whole turn."
     )
     operations = "\n".join(f"- {side.label}: {operations_text(side)}" for side in sides)
-    return f"""{reps} measured conversations per implementation (after one warm-up each), interleaved, on one DynamoDB
-Local instance (1-minute load average when the run began: {load_before:.1f}); medians over all
+    return f"""{reps} measured conversations per implementation (after one warm-up each), interleaved (PicoFlow's
+and LangGraph exit's adjacent in each round, alternating which goes first), on one DynamoDB Local instance
+(1-minute load average when the run began: {load_before:.1f}); medians over all
 {reps * len(CONVERSATION)} turns (requests: over turns 2-20). The conversation
 (`benchmarks/collection.py`): name -> date of birth -> address, 20 user turns, 27 model calls (8 tool calls: 5
 refused by the validators, 3 accepted; 5 more re-asks decided by the model alone), a zero-latency replayed model
