@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from tests.support.browser import SCREENSHOTS, launched_chromium
+from tests.test_docs_examples import DOCS, nav_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_TIMEOUT_SECONDS = 300
@@ -116,6 +117,23 @@ def test_the_layout_page_names_the_pins_pyproject_makes() -> None:
         assert f"`{pins}`" in page, f"docs/concepts/layout.md does not name {name}'s pins {pins}"
 
 
+def test_every_page_of_the_navigation_is_built(site: Path) -> None:
+    pages = nav_pages()
+    assert len(pages) > 80
+    for page in pages:
+        relative = page.relative_to(DOCS).with_suffix("")
+        folder = relative.parent if relative.name == "index" else relative
+        assert (site / folder / "index.html").is_file(), page
+    # The files the pages include are not pages of their own.
+    assert not (site / "_generated").exists()
+
+
+def test_the_configuration_page_shows_the_template_parameters_table(site: Path) -> None:
+    page = (site / "reference/configuration/index.html").read_text(encoding="utf-8")
+    assert "--8&lt;--" not in page and "--8<--" not in page
+    assert re.search(r"<td><code>SessionRetentionSeconds</code></td>\s*<td><code>604800</code></td>", page)
+
+
 def test_the_site_builds_strictly_with_every_section(site: Path) -> None:
     for page in ("index.html", "get-started/first-flow/index.html", "tutorials/basic/18-testing/index.html",
                  "tutorials/hotel/index.html", "tutorials/support/index.html", "reference/authoring/index.html"):
@@ -199,3 +217,26 @@ def test_pages_at_1280_px_keep_code_in_the_column_and_link_previous_and_next(ser
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / shot), full_page=False)
         context.close()
+
+
+def test_search_finds_a_reference_entry_from_the_sites_own_index(served: str) -> None:
+    with launched_chromium() as chromium:
+        context = chromium.new_context(viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(PAGE_TIMEOUT_MS)
+        page = context.new_page()
+        failed: list[str] = []
+        page.on("requestfailed", lambda request: failed.append(request.url))
+        page.goto(served + "/", wait_until="load")
+        page.locator("button.md-search__button").first.click()
+        page.keyboard.type("ScriptedProvider")
+        results = page.get_by_role("listbox", name="Search results").get_by_role("option")
+        results.first.wait_for()
+        # The class's own entry on the models reference page is among the answers.
+        hrefs = [results.nth(index).get_attribute("href") or "" for index in range(results.count())]
+        assert any("/reference/models/" in href and href.endswith("#picoflow.models.scripted.ScriptedProvider")
+                   for href in hrefs), hrefs
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "docs-search.png"), full_page=False)
+        context.close()
+    # Everything the search needs (its index and worker) comes from the site itself.
+    assert failed == [], failed
