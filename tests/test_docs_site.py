@@ -182,7 +182,9 @@ def test_a_page_renders_in_chromium(served: str, path: str, heading: str, shot: 
         context.set_default_timeout(PAGE_TIMEOUT_MS)
         page = context.new_page()
         failed: list[str] = []
+        requested: list[str] = []
         page.on("requestfailed", lambda request: failed.append(request.url))
+        page.on("request", lambda request: requested.append(request.url))
         page.goto(served + path, wait_until="load")
         assert page.locator("article h1").first.inner_text().strip().rstrip("¶").strip() == heading
         # The theme's stylesheet applied (the header bar is laid out), and the navigation lists the sections.
@@ -193,6 +195,8 @@ def test_a_page_renders_in_chromium(served: str, path: str, heading: str, shot: 
         page.screenshot(path=str(SCREENSHOTS / shot), full_page=False)
         context.close()
     assert not [url for url in failed if url.startswith(served)], failed
+    # No web font, script or stylesheet from elsewhere: the page renders the same offline.
+    assert [url for url in requested if not url.startswith((served, "data:"))] == [], requested
 
 
 @pytest.mark.parametrize(
