@@ -35,9 +35,11 @@ eval: $(STAMP)
 			--judge scripted --judge-script $$flow/judge_script.json || exit 1; \
 	done
 
-# The documentation site at http://127.0.0.1:8000 (mkdocs.yml); make test builds it strictly and runs its examples.
+# The documentation site at http://127.0.0.1:8000 (mkdocs.yml, built by Zensical), once the tables the pages include
+# are written from the repository (docs/_generated/generate.py); make test builds it strictly and runs its examples.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs serve
+	$(PY) docs/_generated/generate.py
+	$(VENV)/bin/zensical serve
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

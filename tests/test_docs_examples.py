@@ -52,8 +52,9 @@ from picoflow.stores import SessionDoc
 # The sources a page's --8<-- lines include; tests/test_docs_outside.py runs a copy of this module elsewhere.
 ROOT = Path(os.environ.get("DOCS_SOURCE_ROOT") or Path(__file__).resolve().parents[1])
 DOCS = ROOT / "docs"
-# Prompt files of the tutorial flows are Markdown too, but not pages (mkdocs.yml excludes them).
-PAGES = sorted(page for page in DOCS.rglob("*.md") if "prompts" not in page.relative_to(DOCS).parts)
+# Prompt files of the tutorial flows and the tables pages include (docs/_generated/) are Markdown too, but not
+# pages (mkdocs.yml excludes them).
+PAGES = sorted(page for page in DOCS.rglob("*.md") if not {"prompts", "_generated"} & set(page.relative_to(DOCS).parts))
 
 # Filled as the pages run; tests/conftest.py prints it at the end of the run.
 COUNTS: Counter[str] = Counter()

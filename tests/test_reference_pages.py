@@ -7,6 +7,7 @@ import importlib.util
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -63,20 +64,40 @@ def test_every_setting_the_library_reads_is_on_the_configuration_page() -> None:
     assert variables <= documented, sorted(variables - documented)
 
 
-def test_the_template_parameters_table_is_generated_from_the_template_with_each_default() -> None:
-    spec = importlib.util.spec_from_file_location("generated_hook", ROOT / "docs" / "_hooks" / "generated.py")
+def _generator() -> Any:
+    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "_generated" / "generate.py")
     assert spec is not None and spec.loader is not None
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)
-    assert hook.MARKER in CONFIGURATION
-    page = hook.on_page_markdown(CONFIGURATION)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_template_parameters_table_the_page_includes_is_the_templates_with_each_default() -> None:
+    generate = _generator()
+    assert '--8<-- "docs/_generated/template-parameters.md"' in CONFIGURATION.splitlines()
+    committed = generate.TEMPLATE_PARAMETERS.read_text(encoding="utf-8")
+    # The committed copy is what the template gives today: after a change to template.yaml, run
+    # `python docs/_generated/generate.py` (make docs does) and commit the result.
+    assert committed == generate.parameters_table(), "docs/_generated/template-parameters.md is stale"
+    assert generate.main(["--check"]) == 0
     text = (ROOT / "template.yaml").read_text(encoding="utf-8")
-    parameters = yaml.load(text, Loader=hook._TemplateLoader)["Parameters"]
+    parameters = yaml.load(text, Loader=generate.TemplateLoader)["Parameters"]
     assert len(parameters) > 10
     for name, parameter in parameters.items():
         default = parameter.get("Default")
         shown = "(empty)" if default in ("", None) else f"`{default}`"
-        assert re.search(rf"^\| `{name}` \| {re.escape(shown)} \|", page, re.MULTILINE), name
+        assert re.search(rf"^\| `{name}` \| {re.escape(shown)} \|", committed, re.MULTILINE), name
+
+
+def test_a_changed_template_gives_a_different_table(tmp_path: Path) -> None:
+    generate = _generator()
+    template = (ROOT / "template.yaml").read_text(encoding="utf-8")
+    assert "Default: 604800" in template
+    changed = tmp_path / "template.yaml"
+    changed.write_text(template.replace("Default: 604800", "Default: 86400", 1), encoding="utf-8")
+    table = generate.parameters_table(changed)
+    assert table != generate.parameters_table()
+    assert "| `SessionRetentionSeconds` | `86400` |" in table
 
 
 def test_a_script_out_of_replies_names_itself_and_the_setting_to_fix() -> None:
