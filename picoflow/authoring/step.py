@@ -1,12 +1,12 @@
 """Step: one stage of a flow, as its author writes it: the hooks a step overrides (prompt, tools, arrival,
-response, recovery) and the accessors it reads and writes its state, memory and context with."""
+response, recovery) and the accessors it reads its memory and context with; its state accessors are
+``StepState``'s."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.messages import BaseMessage
@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from picoflow.authoring.recovery import LlmCallPolicy, resolve_call_policy
 from picoflow.authoring.recovery_hooks import RecoveryHooks
+from picoflow.authoring.step_state import StepState
 from picoflow.authoring.step_tools import (
     InvalidToolArguments,
     ToolSpec,
@@ -33,11 +34,11 @@ from picoflow.authoring.transitions import (
     journaled_key,
     stay,
 )
-from picoflow.conversation.state import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path
+from picoflow.conversation.state import PROMPT_KEY, read_path
 from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.registry import ModelSelection
-from picoflow.session.document import format_timestamp, validate_namespace
+from picoflow.session.document import validate_namespace
 from picoflow.wire import PLAIN_TEXT
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ __all__ = [
 ]
 
 
-class Step(RecoveryHooks):
+class Step(StepState, RecoveryHooks):
     """Subclass this for each conversational stage; register instances in ``Flow.define_steps``."""
 
     id: ClassVar[str] = ""
@@ -258,62 +259,17 @@ class Step(RecoveryHooks):
 
     # -- state --------------------------------------------------------------------------------
 
-    def save_state(self, data: dict[str, Any]) -> None:
-        """Replace ``data``'s first key, deep-merge the rest, and stamp ``_saveOn``.
+    def _live_state(self) -> dict[str, Any]:
+        # A parallel worker's private copy inside its own task, else the registered state.
+        return self.flow.run_context.state_of(self)
 
-        The state is saved with the session at the end of the turn; an empty ``data`` changes nothing.
-
-        Args:
-            data: The keys to save; plain JSON values.
-
-        Example:
-            ```python
-            self.save_state({"name": args.name})
-            ```
-        """
-        if not data:
-            return
-        context = self.flow.run_context
-        context.view(self.flow).record_write(self, list(data))
-        state = context.state_of(self)
-        state.pop(next(iter(data)), None)
-        deep_merge(state, data)
-        state[SAVE_ON_KEY] = format_timestamp(datetime.now(UTC))
-
-    def get_state(self, path: str | None = None) -> Any:
-        """The whole durable state, or one dotted path in it.
-
-        Args:
-            path: A dotted path (``"address.city"``); None reads the whole state.
-
-        Returns:
-            The value at ``path`` (None when it is missing).
-
-        Example:
-            ```python
-            first = self.get_state("first")
-            ```
-        """
-        return read_path(self.flow.run_context.state_of(self), path)
+    def _note_write(self, fields: Sequence[str]) -> None:
+        self.flow.run_context.view(self.flow).record_write(self, fields)
 
     def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
         """Another registered step's state, by class or name: the whole state, or the value at ``key`` (a dotted
         path; None when absent). The flow reads it, so a parallel worker sees its snapshot."""
         return self.flow.get_step_state(step_cls, key)
-
-    def remove_state(self, key: str) -> None:
-        context = self.flow.run_context
-        context.view(self.flow).record_write(self, [key])
-        context.state_of(self).pop(key, None)
-
-    def save_transient_state(self, data: dict[str, Any]) -> None:
-        """Keep ``data`` for this request only; it is never persisted."""
-        context = self.flow.run_context
-        context.view(self.flow).record_write(self, [])
-        deep_merge(context.state_of(self).setdefault(TRANSIENT_KEY, {}), data)
-
-    def get_transient_state(self, path: str | None = None) -> Any:
-        return read_path(self.flow.run_context.state_of(self).get(TRANSIENT_KEY, {}), path)
 
     def get_context(self, path: str | None = None) -> Any:
         """The flow context (or one dotted path in it), as ``flow.get_context`` reads it."""
