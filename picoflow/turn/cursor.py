@@ -54,11 +54,11 @@ def read_answer(flow: Flow, answer: Any, *, model_said: Any = None) -> Reply | R
     return Reply(str(as_text(answer))) if transition is None else Route(transition)
 
 
-def deliver_direct(flow: Flow, message: BaseMessage, finish: bool) -> str:
-    """Append a direct answer to the executing step's memory (completing the session when ``finish``); its text."""
+def deliver_direct(step: Step, message: BaseMessage, finish: bool) -> str:
+    """Append a direct answer to the memory of ``step``, the executing one (completing the session when
+    ``finish``); its text."""
     if finish:
-        flow.mark_completed()
-    step = executing_step(flow)
+        step.flow.mark_completed()
     if message.id is None:
         # finish(text) made outside a handler (possibly once, for reuse): a copy belongs to the step that finished
         message = message.model_copy(update={"id": gen_message_id(step.id)})
@@ -67,7 +67,8 @@ def deliver_direct(flow: Flow, message: BaseMessage, finish: bool) -> str:
 
 
 async def apply_transition(flow: Flow, transition: Transition) -> Step:
-    """Apply one transition in the fixed order: goto, prompt, state, content type."""
+    """Apply one transition in the fixed order: goto, prompt, state, content type; the step it lands on, which is
+    the executing one after it."""
     executing = executing_step(flow)
     target = transition.step or executing.id
     # A nested child may stay on itself (a tool result fed back to its model) or reply directly (its result);
