@@ -1,12 +1,13 @@
 """Step: one stage of a flow, as its author writes it: the hooks a step overrides (prompt, tools, arrival,
-response, recovery) and the accessors it reads its memory and context with; its state accessors are
-``StepState``'s."""
+response, recovery) and the accessors it reads and writes its state, memory and context with; what it is
+registered with (its memory namespace, model and content type) is ``StepSettings``'."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.messages import BaseMessage
@@ -14,7 +15,7 @@ from pydantic import BaseModel
 
 from picoflow.authoring.recovery import LlmCallPolicy, resolve_call_policy
 from picoflow.authoring.recovery_hooks import RecoveryHooks
-from picoflow.authoring.step_state import StepState
+from picoflow.authoring.step_settings import StepSettings
 from picoflow.authoring.step_tools import (
     InvalidToolArguments,
     ToolSpec,
@@ -34,12 +35,11 @@ from picoflow.authoring.transitions import (
     journaled_key,
     stay,
 )
-from picoflow.conversation.state import PROMPT_KEY, read_path
+from picoflow.conversation.state import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, deep_merge, read_path
 from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.registry import ModelSelection
-from picoflow.session.document import validate_namespace
-from picoflow.wire import PLAIN_TEXT
+from picoflow.session.document import format_timestamp
 
 if TYPE_CHECKING:
     from langchain_core.messages import AIMessage
@@ -64,14 +64,12 @@ __all__ = [
 ]
 
 
-class Step(StepState, RecoveryHooks):
+class Step(StepSettings, RecoveryHooks):
     """Subclass this for each conversational stage; register instances in ``Flow.define_steps``."""
 
     id: ClassVar[str] = ""
     #: False for steps that route without a chat model (``DecisionStep``): they may not offer tools.
     calls_chat_model: ClassVar[bool] = True
-    #: What a ``run_steps()`` worker copies from the registered instance: the configuration chained onto it.
-    worker_configuration: ClassVar[tuple[str, ...]] = ("_namespace", "_model_override", "_content_type")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -79,59 +77,10 @@ class Step(StepState, RecoveryHooks):
             cls.id = cls.__name__
 
     def __init__(self, flow: Flow) -> None:
+        super().__init__()
         self.flow = flow
-        self._namespace: str | None = None
-        self._model_override: ModelSelection | None = None
-        self._content_type = PLAIN_TEXT
 
     # -- registration -------------------------------------------------------------------------
-
-    def use_memory(self, namespace: str) -> Step:
-        """Read and write history in ``namespace`` (steps sharing one share history).
-
-        Args:
-            namespace: Letters, digits, ``-`` and ``_``, starting with a letter (at most 128 characters).
-
-        Returns:
-            This step, so registrations chain.
-
-        Raises:
-            PicoFlowError: the name is not a valid namespace.
-
-        Example:
-            ```python
-            AskNameStep(self).use_memory("chat")
-            ```
-        """
-        try:
-            self._namespace = validate_namespace(namespace)
-        except ValueError as exc:
-            raise PicoFlowError(str(exc)) from exc
-        return self
-
-    def use_model(self, selection: ModelSelection | dict[str, Any]) -> Step:
-        """Use another model than the flow's for this step.
-
-        Leave out ``retry_attempts`` to keep the flow's attempt budget; the flow's params are merged in only
-        when the provider and model name are the same as the flow's.
-
-        Args:
-            selection: A ``ModelSelection``, or the same as a dict (``{"provider": ..., "name": ...}``).
-
-        Returns:
-            This step, so registrations chain.
-
-        Example:
-            ```python
-            FavoritesStep(self).use_model(ModelSelection(provider="openai", name="gpt-4o"))
-            ```
-        """
-        self._model_override = selection if isinstance(selection, ModelSelection) else ModelSelection(**selection)
-        return self
-
-    @property
-    def namespace(self) -> str:
-        return self._namespace or self.id
 
     def model_selection(self) -> ModelSelection:
         """The effective selection: the flow's, or this step's override inheriting what it leaves unset."""
@@ -259,17 +208,62 @@ class Step(StepState, RecoveryHooks):
 
     # -- state --------------------------------------------------------------------------------
 
-    def _live_state(self) -> dict[str, Any]:
-        # A parallel worker's private copy inside its own task, else the registered state.
-        return self.flow.run_context.state_of(self)
+    def save_state(self, data: dict[str, Any]) -> None:
+        """Replace ``data``'s first key, deep-merge the rest, and stamp ``_saveOn``.
 
-    def _note_write(self, fields: Sequence[str]) -> None:
-        self.flow.run_context.view(self.flow).record_write(self, fields)
+        The state is saved with the session at the end of the turn; an empty ``data`` changes nothing.
+
+        Args:
+            data: The keys to save; plain JSON values.
+
+        Example:
+            ```python
+            self.save_state({"name": args.name})
+            ```
+        """
+        if not data:
+            return
+        context = self.flow.run_context
+        context.view(self.flow).record_write(self, list(data))
+        state = context.state_of(self)
+        state.pop(next(iter(data)), None)
+        deep_merge(state, data)
+        state[SAVE_ON_KEY] = format_timestamp(datetime.now(UTC))
+
+    def get_state(self, path: str | None = None) -> Any:
+        """The whole durable state, or one dotted path in it.
+
+        Args:
+            path: A dotted path (``"address.city"``); None reads the whole state.
+
+        Returns:
+            The value at ``path`` (None when it is missing).
+
+        Example:
+            ```python
+            first = self.get_state("first")
+            ```
+        """
+        return read_path(self.flow.run_context.state_of(self), path)
 
     def get_step_state(self, step_cls: type[Step] | str, key: str | None = None) -> Any:
         """Another registered step's state, by class or name: the whole state, or the value at ``key`` (a dotted
         path; None when absent). The flow reads it, so a parallel worker sees its snapshot."""
         return self.flow.get_step_state(step_cls, key)
+
+    def remove_state(self, key: str) -> None:
+        context = self.flow.run_context
+        context.view(self.flow).record_write(self, [key])
+        context.state_of(self).pop(key, None)
+
+    def save_transient_state(self, data: dict[str, Any]) -> None:
+        """Keep ``data`` for this request only; it is never persisted."""
+        context = self.flow.run_context
+        context.view(self.flow).record_write(self, [])
+        deep_merge(context.state_of(self).setdefault(TRANSIENT_KEY, {}), data)
+
+    def get_transient_state(self, path: str | None = None) -> Any:
+        return read_path(self.flow.run_context.state_of(self).get(TRANSIENT_KEY, {}), path)
 
     def get_context(self, path: str | None = None) -> Any:
         """The flow context (or one dotted path in it), as ``flow.get_context`` reads it."""
@@ -316,15 +310,7 @@ class Step(StepState, RecoveryHooks):
         raw = f"{self.flow.run_context.require_doc().id}|{self.id}|{call.get('name')}|{call['id']}"
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
 
-    # -- content type and completion ------------------------------------------------------------
-
-    @property
-    def content_type(self) -> str:
-        return self._content_type
-
-    @content_type.setter
-    def content_type(self, value: str) -> None:
-        self._content_type = value or PLAIN_TEXT
+    # -- completion ---------------------------------------------------------------------------
 
     def session_completed(self) -> None:
         """Mark the session completed without moving the cursor."""

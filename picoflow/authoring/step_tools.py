@@ -59,6 +59,12 @@ class ApprovalRule:
             return None
         raise PicoFlowError("An approval function returns True, False, 'user' or 'reviewer'.")
 
+    def waiting(self, arguments: Any) -> tuple[Approver, int] | None:
+        """Who decides a call with these validated arguments and how many seconds it waits; None: it runs at
+        once."""
+        approver = self.approver_for(arguments)
+        return None if approver is None else (approver, self.ttl_for(approver))
+
     def ttl_for(self, approver: Approver) -> int:
         """Seconds a call decided by ``approver`` waits: ``approval_ttl=``, else that approver's default."""
         if self.ttl is not None:

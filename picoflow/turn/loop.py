@@ -211,7 +211,7 @@ async def _logic_hop(hop: Hop, pending: BaseMessage | None) -> _Answered | _Agai
         raise PicoFlowError(
             f"Logic step '{step.id}' must move the cursor to another step or answer with direct_to(...)."
         )
-    destination = await apply_transition(hop.flow, transition)
+    destination = await apply_transition(hop, transition)
     if answer_now is not None:
         return _Answered(deliver_direct(destination, answer_now, transition.finish))
     return _Again(transition.message)
@@ -241,7 +241,7 @@ async def _model_hop(hop: Hop, pending: BaseMessage | None, fallback: ModelSelec
     if model_text is not None:
         memory.append(AiMessageEx(step.id, model_text))
     transition = read.transition
-    destination = await apply_transition(hop.flow, transition)
+    destination = await apply_transition(hop, transition)
     if transition.message is not None and is_direct(transition.message):
         return _Answered(deliver_direct(destination, transition.message, transition.finish), outcome.fallback)
     return _Again(transition.message, outcome.fallback)
@@ -263,10 +263,7 @@ async def _tool_hop(offer: ModelCall, ai: AIMessage, fallback: ModelSelection | 
     if tools.result is not None:
         return _Answered(tools.result.value, fallback)
     if tools.extra is not None and is_direct(tools.extra):
-        if tools.finish:
-            hop.flow.mark_completed()
-        (tools.destination or hop.step).get_memory().append(tools.extra)
-        return _Answered(content_text(tools.extra.content), fallback)
+        return _Answered(deliver_direct(tools.destination or hop.step, tools.extra, tools.finish), fallback)
     if tools.paused:
         # A call waits for a person: the turn ends here and commits with the call pending.
         return _Answered(content_text(ai.content), fallback)

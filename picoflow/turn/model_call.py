@@ -80,11 +80,6 @@ class ModelCall:
         return cls(hop, offered_names(type(step), step.use_tools(), mcp_offers), mcp_offers, step.model_selection(),
                    step.get_llm_call_policy(), step.struct_output_schema())
 
-    @property
-    def handled(self) -> frozenset[str]:
-        """Every tool name a handler of the step may answer: the registry's offered and the MCP servers' allowed."""
-        return frozenset(self.tools).union(*(offer.tools for offer in self.mcp_offers))
-
     async def mcp_tools(self, step: Step) -> ToolOffer:
         """The MCP server tools offered, by name; a step offering none never reaches the MCP client."""
         if self._mcp is None:
@@ -157,32 +152,31 @@ async def call_model(offer: ModelCall, fallback: ModelSelection | None = None) -
     Ordinary attempts use the step's selection and its attempt budget; a ``fallback`` (chosen earlier
     by ``on_llm_error``) gets one attempt per call and cannot be replaced by a second fallback.
     """
-    selection = fallback or offer.selection
-    outcome = await _attempts(offer, selection, 1 if fallback else selection.retry_attempts)
+    bound = await _bind(offer, fallback or offer.selection)
+    outcome = await _attempts(offer, bound, 1 if fallback else bound.selection.retry_attempts)
     if isinstance(outcome, ModelOutcome):
         return outcome
-    answer = await _recover(offer.hop, selection, outcome)
+    answer = await _recover(offer.hop, bound, outcome)
     if isinstance(answer, RetryWithModel) and fallback is None:
-        alternate = answer.selection
+        alternate = await _bind(offer, answer.selection)
         outcome = await _attempts(offer, alternate, 1)
         if isinstance(outcome, ModelOutcome):
-            return dataclasses.replace(outcome, fallback=alternate)
+            return dataclasses.replace(outcome, fallback=alternate.selection)
         answer = await _recover(offer.hop, alternate, outcome)
     if isinstance(answer, RetryWithModel):
         raise PicoFlowError(f"Step '{offer.hop.step.id}' asked for a second fallback model in one recovery sequence.")
     return ModelOutcome(answer=answer)
 
 
-async def _recover(hop: Hop, selection: ModelSelection, failure: Failure) -> Any:
-    step = hop.step
+async def _recover(hop: Hop, bound: _Bound, failure: Failure) -> Any:
+    step, selection = hop.step, bound.selection
     context = LlmErrorContext.at(
         step.id, selection, kind=failure.kind, attempts=failure.attempts, stopped_because=failure.stopped_because,
         error=failure.error, last_response=failure.last_response, signal=hop.signal,
     )
     answer = await recover_from_error((step, hop.flow), context)
     if answer is None:
-        vocabulary = hop.flow.run_context.require_services().providers.vocabulary(selection)
-        raise failure.as_error(selection, vocabulary) from failure.error
+        raise failure.as_error(selection, bound.vocabulary) from failure.error
     return answer
 
 
@@ -241,12 +235,12 @@ async def _bind(offer: ModelCall, selection: ModelSelection) -> _Bound:
                   providers.file_types(selection))
 
 
-async def _attempts(offer: ModelCall, selection: ModelSelection, budget: int) -> ModelOutcome | Failure:
-    """Up to ``budget`` attempts: the first accepted result, a refusal's answer, or the last failure."""
+async def _attempts(offer: ModelCall, bound: _Bound, budget: int) -> ModelOutcome | Failure:
+    """Up to ``budget`` attempts of the ``bound`` model: the first accepted result, a refusal's answer, or the last
+    failure."""
     hop = offer.hop
-    step, signal = hop.step, hop.signal
+    step, signal, selection = hop.step, hop.signal, bound.selection
     runtime = hop.flow.run_context.require_services()
-    bound = await _bind(offer, selection)
     failure = Failure("invocation_error", "unknown", "no attempt was made", attempts=0)
     for attempt in range(1, budget + 1):
         if attempt > 1 and runtime.retry_delay:

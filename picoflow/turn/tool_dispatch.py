@@ -3,9 +3,8 @@ and their answers applied as transitions; one tool message per call."""
 
 from __future__ import annotations
 
-import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,13 +14,13 @@ from pydantic import BaseModel, ValidationError
 from picoflow import telemetry
 from picoflow.authoring.step import Step
 from picoflow.authoring.step_tools import Handling, InvalidToolArguments, ToolTable, tool_table
-from picoflow.authoring.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition, handling
+from picoflow.authoring.transitions import TOOL_VALIDATED, DirectResult, Transition, handling
 from picoflow.errors import PicoFlowError
 from picoflow.files.reopen import OPEN_FILE_TOOL, FileOpening
 from picoflow.mcp import ToolCallOutcome, run_offered
 from picoflow.messages import ToolMessageEx
 from picoflow.turn import approvals, effects
-from picoflow.turn.cursor import apply_transition
+from picoflow.turn.cursor import follow
 from picoflow.turn.hop import Hop
 from picoflow.turn.model_call import ModelCall
 
@@ -39,42 +38,54 @@ class ToolOutcome:
     #: The step the last transition a handler answered with landed on; None when none moved anything.
     destination: Step | None = None
 
-    async def route(self, hop: Hop, transition: Transition) -> None:
-        """Apply a handler's ``transition``, keeping the message it carries for the turn."""
-        self.destination = await apply_transition(hop.flow, transition)
+    async def route(self, hop: Hop, answer: Any) -> Transition | None:
+        """Apply a handler's ``answer`` when it is a route, keeping the message it carries for the turn; None when
+        it is none (nothing moved)."""
+        followed = await follow(hop, answer)
+        if followed is None:
+            return None
+        transition, self.destination = followed
         if transition.message is not None:
             self.extra, self.finish = transition.message, transition.finish
+        return transition
 
 
 def calls_table(hop: Hop, ai: AIMessage, offer: ModelCall) -> ToolTable:
-    """What handles each call of ``ai``, resolved once for the shown arguments and the dispatch alike."""
+    """What handles each call of ``ai``, resolved once for the shown arguments and the dispatch alike: a handler
+    may answer the registry tools the step offers and the MCP server tools it names."""
     flow = hop.flow
-    return tool_table(hop.step, flow.run_context.tools, {call["name"] for call in ai.tool_calls}, offer.handled,
+    handled = frozenset(offer.tools).union(*(mcp.tools for mcp in offer.mcp_offers))
+    return tool_table(hop.step, flow.run_context.tools, {call["name"] for call in ai.tool_calls}, handled,
                       bool(getattr(flow, "show_tool_calls", False)))
 
 
 async def _call_handler(step: Step, handler: Any, argument: Any, call: Mapping[str, Any] | None = None, *,
-                        bare: bool = False) -> Any:
-    with handling(step, call):
+                        bare: bool = False, keys: Mapping[str, str] | None = None) -> Any:
+    with handling(step, call, keys):
         # A tool without arguments (``bare``) is handled by ``async def show_table(self)``.
         result = handler() if bare else handler(argument)
         return await result if inspect.isawaitable(result) else result
 
 
-async def _run_handler(hop: Hop, handled: Handling, calls: list[dict[str, Any]],
-                       run: Callable[[], Awaitable[Any]], key: str | None = None) -> Any:
-    """What a handler returns; an effect handler runs once per turn, however often the turn is retried (an approved
-    call once under its approval's ``key``, in whichever request settles it)."""
+async def _run_handler(hop: Hop, handled: Handling, calls: list[dict[str, Any]], argument: Any,
+                       call: Mapping[str, Any] | None = None, key: str | None = None) -> Any:
+    """What the handler returns for ``argument`` (``call`` when it handles a single one); an effect handler runs
+    once per turn, however often the turn is retried (an approved call once under its approval's ``key``, in
+    whichever request settles it)."""
+
+    def run(keys: Mapping[str, str] | None = None) -> Awaitable[Any]:
+        return _call_handler(hop.step, handled.handler, argument, call, bare=handled.bare, keys=keys)
+
     if key is not None or handled.effect:
         return await effects.once(hop.flow, hop.step, calls, run, key=key)
     return await run()
 
 
-def _handler_route(step: Step, handler: Any, result: Any) -> Transition:
-    """A tool handler's answer (other than None, which routes nowhere) as a transition."""
-    transition = as_transition(result)
+async def _handler_route(hop: Hop, handler: Any, result: Any, outcome: ToolOutcome) -> Transition:
+    """A tool handler's answer (other than None, which routes nowhere), applied as a transition."""
+    transition = await outcome.route(hop, result)
     if transition is None:
-        where = f"Tool handler '{type(step).__name__}.{getattr(handler, '__name__', handler)}'"
+        where = f"Tool handler '{type(hop.step).__name__}.{getattr(handler, '__name__', handler)}'"
         # A TypeScript-style {step, state} object is the usual slip: say what to write instead.
         raise PicoFlowError(
             f"{where} returned a {type(result).__name__}; return go(Step), stay(...), direct(...), "
@@ -83,8 +94,9 @@ def _handler_route(step: Step, handler: Any, result: Any) -> Transition:
     return transition
 
 
-def _group_route(step: Step, method: str, result: Any) -> Transition:
-    where = f"Tool group handler '{type(step).__name__}.{method}'"
+async def _group_route(hop: Hop, method: str, result: Any, outcome: ToolOutcome) -> Transition:
+    """A group handler's answer, which must be a route, applied as a transition."""
+    where = f"Tool group handler '{type(hop.step).__name__}.{method}'"
     if result is None:
         raise PicoFlowError(f"{where} returned None.")
     if isinstance(result, str) and not result.strip():
@@ -93,7 +105,7 @@ def _group_route(step: Step, method: str, result: Any) -> Transition:
         raise PicoFlowError(f"{where} returned an unsupported {type(result).__name__} result.")
     if isinstance(result, dict) and "step" not in result:
         raise PicoFlowError(f"{where} returned an object without step.")
-    transition = as_transition(result)
+    transition = await outcome.route(hop, result)
     if transition is None:
         raise PicoFlowError(f"{where} returned an object with an invalid step.")
     return transition
@@ -154,21 +166,17 @@ async def _dispatch_group(hop: Hop, group: Handling, calls: list[Any], outcome: 
                 ))
         return
     validated = [{**call, "args": _as_dict(args)} for call, args in valid]
-    rule = None if approved_key else group.approval
-    approver = rule.approver_for(validated) if rule is not None else None
-    if rule is not None and approver is not None:
-        outcome.messages.extend(approvals.pause(hop.flow, step, validated, approver, rule.ttl_for(approver),
-                                                group=True))
+    waiting = None if approved_key or group.approval is None else group.approval.waiting(validated)
+    if waiting is not None:
+        outcome.messages.extend(approvals.pause(hop.flow, step, validated, *waiting, group=True))
         outcome.paused = True
         return
-    run_group = functools.partial(_call_handler, step, group.handler, validated, bare=group.bare)
-    returned = await _run_handler(hop, group, validated, run_group, approved_key)
+    returned = await _run_handler(hop, group, validated, validated, key=approved_key)
     if isinstance(returned, DirectResult):
         outcome.result = _worker_result(hop, returned)
         outcome.messages.extend(_tool_message(step, call, TOOL_VALIDATED) for call in calls)
         return
-    transition = _group_route(step, group.handler.__name__, returned)
-    await outcome.route(hop, transition)
+    transition = await _group_route(hop, group.handler.__name__, returned, outcome)
     for call in calls:
         outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
 
@@ -187,15 +195,12 @@ async def _dispatch_call(hop: Hop, handled: Handling, call: Mapping[str, Any], o
         return
     # A typed handler (``args: Model``) gets the validated model; any other handler its JSON dict.
     argument = args if handled.argument is not None and isinstance(args, handled.argument) else _as_dict(args)
-    rule = None if approved_key else handled.approval
-    approver = rule.approver_for(argument) if rule is not None else None
-    if rule is not None and approver is not None:
-        outcome.messages.extend(approvals.pause(hop.flow, step, [{**call, "args": _as_dict(args)}], approver,
-                                                rule.ttl_for(approver)))
+    waiting = None if approved_key or handled.approval is None else handled.approval.waiting(argument)
+    if waiting is not None:
+        outcome.messages.extend(approvals.pause(hop.flow, step, [{**call, "args": _as_dict(args)}], *waiting))
         outcome.paused = True
         return
-    run = functools.partial(_call_handler, step, handled.handler, argument, call, bare=handled.bare)
-    returned = await _run_handler(hop, handled, [{**call, "args": _as_dict(args)}], run, approved_key)
+    returned = await _run_handler(hop, handled, [{**call, "args": _as_dict(args)}], argument, call, approved_key)
     if isinstance(returned, DirectResult):
         outcome.result = _worker_result(hop, returned)
         outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
@@ -203,8 +208,7 @@ async def _dispatch_call(hop: Hop, handled: Handling, call: Mapping[str, Any], o
     if returned is None:
         outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
         return
-    transition = _handler_route(step, handled.handler, returned)
-    await outcome.route(hop, transition)
+    transition = await _handler_route(hop, handled.handler, returned, outcome)
     outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
 
 
@@ -228,8 +232,7 @@ async def _dispatch_offered(hop: Hop, handled: Handling | None, call: Mapping[st
         # The handler only looked: the model reads the server's result (or the fixed sentence on a failure).
         outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
         return
-    transition = _handler_route(step, handler, returned)
-    await outcome.route(hop, transition)
+    transition = await _handler_route(hop, handler, returned, outcome)
     outcome.messages.append(_tool_message(step, call, transition.tool or ran.content))
 
 
@@ -286,8 +289,7 @@ async def _refuse_arguments(
     answer = await _call_handler(step, hook, invalid, call)
     if answer is None or isinstance(answer, str):
         return _tool_message(step, call, answer or invalid.default_feedback(), status="error")
-    transition = _handler_route(step, hook, answer)
-    await outcome.route(hop, transition)
+    transition = await _handler_route(hop, hook, answer, outcome)
     # A bare stay() carries "input validated", which would tell the model the opposite of what happened.
     feedback = transition.tool if transition.tool not in (None, TOOL_VALIDATED) else invalid.default_feedback()
     return _tool_message(step, call, feedback, status="error")
