@@ -84,11 +84,10 @@ async def apply_transition(hop: Hop, transition: Transition) -> Step:
     executing = hop.step if hop.nested else flow.get_current_step()
     if executing is None:
         raise PicoFlowError(f"Flow '{flow.id}' has no current step.")
-    target = transition.step or executing.id
     # A nested child may stay on itself (a tool result fed back to its model) or reply directly (its result);
-    # moving the cursor, or finishing the session, belongs to the owning step.
-    if hop.nested and (transition.finish or target != executing.id):
-        ensure_top_level(flow, target)
+    # moving the cursor (which ``goto`` refuses it), or finishing the session, belongs to the owning step.
+    if hop.nested and transition.finish:
+        ensure_top_level(flow, transition.step or executing.id)
     if transition.finish or not transition.step or transition.step == executing.id:
         destination = executing
     else:

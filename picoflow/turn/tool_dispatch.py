@@ -287,9 +287,9 @@ async def _refuse_arguments(
     invalid = InvalidToolArguments(name=call["name"], args=dict(call.get("args") or {}), error=error)
     hook = step.on_invalid_tool_arguments
     answer = await _call_handler(step, hook, invalid, call)
-    if answer is None or isinstance(answer, str):
-        return _tool_message(step, call, answer or invalid.default_feedback(), status="error")
-    transition = await _handler_route(hop, hook, answer, outcome)
-    # A bare stay() carries "input validated", which would tell the model the opposite of what happened.
-    feedback = transition.tool if transition.tool not in (None, TOOL_VALIDATED) else invalid.default_feedback()
-    return _tool_message(step, call, feedback, status="error")
+    feedback = answer if isinstance(answer, str) else None
+    if answer is not None and feedback is None:
+        transition = await _handler_route(hop, hook, answer, outcome)
+        # A bare stay() carries "input validated", which would tell the model the opposite of what happened.
+        feedback = transition.tool if transition.tool != TOOL_VALIDATED else None
+    return _tool_message(step, call, feedback or invalid.default_feedback(), status="error")
