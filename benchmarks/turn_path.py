@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 import picoflow  # noqa: E402
 from benchmarks.results import write_section  # noqa: E402
 from picoflow.turn import loop  # noqa: E402
+from picoflow.turn.hop import Hop  # noqa: E402
 from tests.support.search_turn import run_search_turn  # noqa: E402
 from tests.test_architecture import import_layers, module_files  # noqa: E402
 
@@ -63,7 +64,7 @@ def layers() -> dict[str, int]:
 
 def trace() -> tuple[TurnPath, TurnPath]:
     """Trace the search turn from ``run_model_loop``'s first entry to its last return: the path of the frames that
-    hold the step it runs (as ``self`` or an argument), and the path of every frame."""
+    hold the step it runs (as ``self``, an argument, or the hop handed down), and the path of every frame."""
     events: list[tuple[str, Any]] = []  # the frames stay alive, so no two frames of the trace share an id
 
     def profile(frame: Any, event: str, _arg: Any) -> None:
@@ -106,7 +107,7 @@ def _logical_calls(
         key = id(frame)
         if event == "call" and first[key] == index:
             callers[key] = frame.f_back
-            if any(value is step for value in frame.f_locals.values() for step in steps):
+            if any(_holds(value, step) for value in frame.f_locals.values() for step in steps):
                 holders.add(key)
             caller = frame.f_back
             logical.append(("call", _relative(frame), _relative(caller), key in holders))
@@ -115,6 +116,13 @@ def _logical_calls(
             held = key in holders and id(caller) in holders
             logical.append(("return", _relative(frame), _relative(caller), held))
     return logical
+
+
+def _holds(value: Any, step: Any) -> bool:
+    """Whether ``value`` is ``step``, or the hop or model call that hands it down (``Hop.step``,
+    ``ModelCall.hop``)."""
+    hop = getattr(value, "hop", value)
+    return value is step or (isinstance(hop, Hop) and hop.step is step)
 
 
 def follow(

@@ -13,9 +13,13 @@ follows each shown call that ran with a ``tool_result`` event.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from langchain_core.messages import BaseMessage, ToolMessage
+
+from picoflow.messages import content_text
 from picoflow.results import RunResponse
 from picoflow.wire import PLAIN_TEXT
 
@@ -103,15 +107,25 @@ class EventSink:
         """Say which step runs or which tool is called: a name, never arguments."""
         self.queue.put_nowait(TurnEvent(event, {"name": name}))
 
-    def tool_called(self, call: ToolCallView) -> None:
-        """Say which tool is called; with ``details``, which call it is (and its arguments when shown)."""
-        self.queue.put_nowait(TurnEvent("tool", {"name": call.name}, call=call if self.details else None))
+    def tools_called(self, calls: Sequence[Mapping[str, Any]], shown: Mapping[str, dict[str, Any]]) -> None:
+        """Say which tools the model called, taking back any text it showed first (that was not the reply); with
+        ``details``, which call each is, with the validated arguments of those ``shown`` (by call id)."""
+        self.reset()
+        for call in calls:
+            call_id = call.get("id") or ""
+            view = ToolCallView(call_id, call["name"], shown.get(call_id) if call_id else None)
+            self.queue.put_nowait(TurnEvent("tool", {"name": view.name}, call=view if self.details else None))
 
-    def tool_answered(self, call: ToolCallView) -> None:
-        """Say what a shown call returned (``call.result``): only with ``details`` and for calls with arguments
-        shown, so a stream that did not ask never carries it."""
-        if self.details and call.arguments is not None:
-            self.queue.put_nowait(TurnEvent("tool_result", {"name": call.name}, call=call))
+    def tools_answered(self, results: Sequence[BaseMessage], shown: Mapping[str, dict[str, Any]]) -> None:
+        """Say what each call ``shown`` (by call id) returned, as the tool message the model reads: only with
+        ``details``, so a stream that did not ask never carries it."""
+        if not self.details:
+            return
+        for message in results:
+            if isinstance(message, ToolMessage) and message.tool_call_id in shown:
+                view = ToolCallView(message.tool_call_id, str(message.name or ""), shown[message.tool_call_id],
+                                    content_text(message.content))
+                self.queue.put_nowait(TurnEvent("tool_result", {"name": view.name}, call=view))
 
     def finish(self, response: RunResponse) -> None:
         """End the stream with ``response``, first making the deltas since the last reset equal its message.

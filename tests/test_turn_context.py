@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from picoflow.authoring.transitions import effect_keys, handled_tool_call, handling, handling_step, journaled_key
+from picoflow.authoring.transitions import handled_tool_call, handling, handling_step, journaled_key
 from picoflow.deadline import current_deadline, current_scope, time_left, turn_deadline
 from picoflow.errors import TurnDeadlineError
 from picoflow.events import EventSink, TurnEvent
@@ -76,16 +76,16 @@ def test_too_little_time_left_refuses_the_call() -> None:
         time_left("the model call")
 
 
-def test_a_handler_inside_an_effect_block_keeps_the_effect_keys() -> None:
+def test_a_handler_inside_an_effect_handler_keeps_its_effect_keys() -> None:
     step = object()
     call = {"id": "call-1", "name": "book"}
-    with effect_keys({"call-1": "journal-key"}):
+    with handling(step, None, {"call-1": "journal-key"}):
         with handling(step, call):
             assert handling_step() is step
             assert handled_tool_call() == call
             assert journaled_key("call-1") == "journal-key"
             assert journaled_key("call-2") is None
-        assert handling_step() is None
+        assert handled_tool_call() is None
         assert journaled_key("call-1") == "journal-key"
     assert journaled_key("call-1") is None
 

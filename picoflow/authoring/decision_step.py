@@ -8,7 +8,7 @@ ordinary transition. It is a ``LogicStep``, so the hop loop needs nothing specia
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from picoflow.authoring.decision import (
     DECISION_OPTION_NAMES,
@@ -50,7 +50,7 @@ class DecisionStep(LogicStep):
 
     # -- registration -------------------------------------------------------------------------
 
-    def use_model(self, selection: ModelSelection | dict[str, Any]) -> Step:
+    def use_model(self, selection: ModelSelection | dict[str, Any]) -> Self:
         raise PicoFlowError(
             f"DecisionStep '{self.id}' does not call a chat model: choose its decision model with "
             "use_decision(model=...) or config_decision()."

@@ -1,5 +1,6 @@
 """Step: one stage of a flow, as its author writes it: the hooks a step overrides (prompt, tools, arrival,
-response, recovery) and the accessors it reads and writes its state, memory and context with."""
+response, recovery) and the accessors it reads and writes its state, memory and context with; what it is
+registered with (its memory namespace, model and content type) is ``StepSettings``'."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel
 
 from picoflow.authoring.recovery import LlmCallPolicy, resolve_call_policy
 from picoflow.authoring.recovery_hooks import RecoveryHooks
+from picoflow.authoring.step_settings import StepSettings
 from picoflow.authoring.step_tools import (
     InvalidToolArguments,
     ToolSpec,
@@ -37,8 +39,7 @@ from picoflow.conversation.state import PROMPT_KEY, SAVE_ON_KEY, TRANSIENT_KEY, 
 from picoflow.errors import PicoFlowError
 from picoflow.messages import OPENER_TEXT, HumanMessageEx, as_text, gen_message_id, message_step
 from picoflow.models.registry import ModelSelection
-from picoflow.session.document import format_timestamp, validate_namespace
-from picoflow.wire import PLAIN_TEXT
+from picoflow.session.document import format_timestamp
 
 if TYPE_CHECKING:
     from langchain_core.messages import AIMessage
@@ -63,14 +64,12 @@ __all__ = [
 ]
 
 
-class Step(RecoveryHooks):
+class Step(StepSettings, RecoveryHooks):
     """Subclass this for each conversational stage; register instances in ``Flow.define_steps``."""
 
     id: ClassVar[str] = ""
     #: False for steps that route without a chat model (``DecisionStep``): they may not offer tools.
     calls_chat_model: ClassVar[bool] = True
-    #: What a ``run_steps()`` worker copies from the registered instance: the configuration chained onto it.
-    worker_configuration: ClassVar[tuple[str, ...]] = ("_namespace", "_model_override", "_content_type")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -78,59 +77,10 @@ class Step(RecoveryHooks):
             cls.id = cls.__name__
 
     def __init__(self, flow: Flow) -> None:
+        super().__init__()
         self.flow = flow
-        self._namespace: str | None = None
-        self._model_override: ModelSelection | None = None
-        self._content_type = PLAIN_TEXT
 
     # -- registration -------------------------------------------------------------------------
-
-    def use_memory(self, namespace: str) -> Step:
-        """Read and write history in ``namespace`` (steps sharing one share history).
-
-        Args:
-            namespace: Letters, digits, ``-`` and ``_``, starting with a letter (at most 128 characters).
-
-        Returns:
-            This step, so registrations chain.
-
-        Raises:
-            PicoFlowError: the name is not a valid namespace.
-
-        Example:
-            ```python
-            AskNameStep(self).use_memory("chat")
-            ```
-        """
-        try:
-            self._namespace = validate_namespace(namespace)
-        except ValueError as exc:
-            raise PicoFlowError(str(exc)) from exc
-        return self
-
-    def use_model(self, selection: ModelSelection | dict[str, Any]) -> Step:
-        """Use another model than the flow's for this step.
-
-        Leave out ``retry_attempts`` to keep the flow's attempt budget; the flow's params are merged in only
-        when the provider and model name are the same as the flow's.
-
-        Args:
-            selection: A ``ModelSelection``, or the same as a dict (``{"provider": ..., "name": ...}``).
-
-        Returns:
-            This step, so registrations chain.
-
-        Example:
-            ```python
-            FavoritesStep(self).use_model(ModelSelection(provider="openai", name="gpt-4o"))
-            ```
-        """
-        self._model_override = selection if isinstance(selection, ModelSelection) else ModelSelection(**selection)
-        return self
-
-    @property
-    def namespace(self) -> str:
-        return self._namespace or self.id
 
     def model_selection(self) -> ModelSelection:
         """The effective selection: the flow's, or this step's override inheriting what it leaves unset."""
@@ -360,15 +310,7 @@ class Step(RecoveryHooks):
         raw = f"{self.flow.run_context.require_doc().id}|{self.id}|{call.get('name')}|{call['id']}"
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
 
-    # -- content type and completion ------------------------------------------------------------
-
-    @property
-    def content_type(self) -> str:
-        return self._content_type
-
-    @content_type.setter
-    def content_type(self, value: str) -> None:
-        self._content_type = value or PLAIN_TEXT
+    # -- completion ---------------------------------------------------------------------------
 
     def session_completed(self) -> None:
         """Mark the session completed without moving the cursor."""

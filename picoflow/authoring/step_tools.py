@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar, overload
@@ -58,6 +58,12 @@ class ApprovalRule:
         if verdict is False or verdict is None:
             return None
         raise PicoFlowError("An approval function returns True, False, 'user' or 'reviewer'.")
+
+    def waiting(self, arguments: Any) -> tuple[Approver, int] | None:
+        """Who decides a call with these validated arguments and how many seconds it waits; None: it runs at
+        once."""
+        approver = self.approver_for(arguments)
+        return None if approver is None else (approver, self.ttl_for(approver))
 
     def ttl_for(self, approver: Approver) -> int:
         """Seconds a call decided by ``approver`` waits: ``approval_ttl=``, else that approver's default."""
@@ -262,41 +268,89 @@ def tools(
     return mark
 
 
-def is_effect(flow: Any, names: Iterable[str], handler: Any) -> bool:
-    """Whether ``handler``, handling the tools ``names``, changes the world: it was declared with
-    ``effect=True``, or one of its tools is a ``ToolSpec(..., effect=True)``."""
-    if getattr(getattr(handler, "__func__", handler), _EFFECT_ATTR, False):
+def _is_effect(registry: Mapping[str, ToolSpec], names: Iterable[str], func: Any) -> bool:
+    """Whether ``func``, handling the tools ``names``, changes the world: it was declared with ``effect=True``, or
+    one of its tools is a ``ToolSpec(..., effect=True)``."""
+    if getattr(func, _EFFECT_ATTR, False):
         return True
-    return any(getattr(flow.run_context.tools.get(name), "effect", False) for name in names)
+    return any(getattr(registry.get(name), "effect", False) for name in names)
 
 
-def shows_call(flow: Any, name: str, handler: Any) -> bool:
+def _shows_call(registry: Mapping[str, ToolSpec], name: str, func: Any, show_tool_calls: bool) -> bool:
     """Whether clients that display tool calls may see the arguments and result of a call of the registry tool
-    ``name`` (handled by ``handler``, if any): the handler's ``show=``, else its ``ToolSpec``'s, else the flow's
+    ``name`` (handled by ``func``, if any): the handler's ``show=``, else its ``ToolSpec``'s, else the flow's
     ``show_tool_calls`` for a tool without effects. A name outside the flow's registry is never shown."""
-    spec = flow.run_context.tools.get(name)
+    spec = registry.get(name)
     if spec is None:
         return False
-    declared: bool | None = getattr(getattr(handler, "__func__", handler), _SHOW_ATTR, None)
+    declared: bool | None = getattr(func, _SHOW_ATTR, None)
     if declared is None:
         declared = spec.show
     if declared is not None:
         return declared
-    return bool(getattr(flow, "show_tool_calls", False)) and not is_effect(flow, [name], handler)
+    return show_tool_calls and not _is_effect(registry, [name], func)
 
 
-def approval_of(flow: Any, names: Iterable[str], handler: Any) -> ApprovalRule | None:
-    """Who must decide a call of ``handler`` (handling the tools ``names``) before it runs, if anyone: its own
+def _approval_of(registry: Mapping[str, ToolSpec], names: Iterable[str], func: Any) -> ApprovalRule | None:
+    """Who must decide a call of ``func`` (handling the tools ``names``) before it runs, if anyone: its own
     ``approval=``, else the first of its tools' ``ToolSpec`` that declares one."""
-    rule: ApprovalRule | None = getattr(getattr(handler, "__func__", handler), _APPROVAL_ATTR, None)
+    rule: ApprovalRule | None = getattr(func, _APPROVAL_ATTR, None)
     if rule is not None:
         return rule
     for name in names:
-        spec = flow.run_context.tools.get(name)
+        spec = registry.get(name)
         found = spec.approval_rule if isinstance(spec, ToolSpec) else None
         if found is not None:
             return found
     return None
+
+
+@dataclass(frozen=True)
+class Handling:
+    """How a step handles the calls of one tool, or one ``@tools`` batch, resolved once per model answer."""
+
+    #: The bound handler; None when the step has none for the tool.
+    handler: Any
+    #: Whether the handler changes the world, so that it runs once per turn (``effect=True``).
+    effect: bool
+    #: Who must decide a call before it runs, if anyone.
+    approval: ApprovalRule | None
+    #: The tools whose calls clients that display tool calls may see.
+    shown: frozenset[str]
+    #: The pydantic model a typed handler takes (``args: Model``), else None for a JSON dict.
+    argument: type[BaseModel] | None
+    #: Whether the handler takes nothing but ``self``.
+    bare: bool
+
+
+@dataclass(frozen=True)
+class ToolTable:
+    """What handles the calls of one model answer: a ``@tools`` handler of exactly their names, which takes the
+    whole batch, else one ``Handling`` per tool name."""
+
+    group: Handling | None
+    tools: Mapping[str, Handling]
+
+
+def tool_table(step: Any, registry: Mapping[str, ToolSpec], names: Collection[str], offered: Collection[str],
+               show_tool_calls: bool) -> ToolTable:
+    """The handling of the tools ``names`` one model answer of ``step`` calls, against the flow's ``registry``: a
+    group handler of exactly ``names``, else a ``Handling`` for each of them the step ``offered`` (a name the
+    model made up gets none). ``show_tool_calls`` is the flow's default for showing calls of tools without
+    effects."""
+
+    def resolved(handler: Any, handled: Collection[str]) -> Handling:
+        func = getattr(handler, "__func__", handler)
+        shown = frozenset(name for name in handled if _shows_call(registry, name, func, show_tool_calls))
+        if handler is None:
+            return Handling(None, False, None, shown, None, False)
+        return Handling(handler, _is_effect(registry, handled, func), _approval_of(registry, handled, func), shown,
+                        argument_model(func), takes_no_arguments(func))
+
+    group = group_handler(step, set(names))
+    if group is not None:
+        return ToolTable(resolved(group, names), {})
+    return ToolTable(None, {name: resolved(tool_handler(step, name), (name,)) for name in names if name in offered})
 
 
 def class_of(obj: object) -> type:

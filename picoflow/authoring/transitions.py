@@ -47,15 +47,14 @@ def _within(handling: _Handling) -> Iterator[None]:
         _handling.reset(token)
 
 
-def handling(step: Step, call: Mapping[str, Any] | None) -> contextlib.AbstractContextManager[None]:
+def handling(step: Step, call: Mapping[str, Any] | None,
+             keys: Mapping[str, str] | None = None) -> contextlib.AbstractContextManager[None]:
     """Mark a handler of ``step`` (a tool handler for ``call`` when it handles a single one, or a decision hook)
-    as running in the block: ``stay()`` and ``direct()`` answer for that step."""
-    return _within(replace(_handling.get(), step=step, call=call))
-
-
-def effect_keys(keys: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
-    """Within the block, ``tool_idempotency_key()`` answers the journal key of each effect call (by call id)."""
-    return _within(replace(_handling.get(), effect_keys=keys))
+    as running in the block: ``stay()`` and ``direct()`` answer for that step. ``keys`` are the journal keys of the
+    effect calls it handles, by call id, which ``tool_idempotency_key()`` answers; without them a handler keeps
+    those of the one it runs inside."""
+    current = _handling.get()
+    return _within(_Handling(step, call, current.effect_keys if keys is None else keys))
 
 
 def handling_step() -> Step | None:

@@ -30,6 +30,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from picoflow.deadline import before_deadline
+
 if TYPE_CHECKING:
     from picoflow.session.store import SessionStore
 
@@ -84,9 +86,10 @@ class TurnJournal:
         return effect_key(self.session_id, self.revision, step_id, tool, args, ordinal)
 
     async def recorded(self, key: str) -> dict[str, Any] | None:
-        """The outcome recorded under ``key``, or None."""
-        return await self.store.load_effect(self.session_id, key)
+        """The outcome recorded under ``key``, or None; the store must answer before the turn's deadline."""
+        return await before_deadline(self.store.load_effect(self.session_id, key))
 
     async def record(self, key: str, outcome: dict[str, Any]) -> None:
-        """Record ``outcome`` under ``key`` (a key already recorded keeps its first outcome)."""
-        await self.store.record_effect(self.session_id, key, outcome, owner=self.owner)
+        """Record ``outcome`` under ``key`` (a key already recorded keeps its first outcome), before the turn's
+        deadline."""
+        await before_deadline(self.store.record_effect(self.session_id, key, outcome, owner=self.owner))

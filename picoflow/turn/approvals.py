@@ -24,7 +24,7 @@ from langchain_core.messages import BaseMessage
 
 from picoflow.authoring.flow import Flow
 from picoflow.authoring.step import Step
-from picoflow.authoring.step_tools import ApprovalRule, Approver
+from picoflow.authoring.step_tools import Approver
 from picoflow.messages import AiMessageEx, ToolMessageEx, gen_message_id
 from picoflow.session.approvals import arguments_digest, forget_old
 from picoflow.session.document import ApprovalCall, ApprovalDoc, utc_now
@@ -44,17 +44,17 @@ TAMPERED_REASON = "the arguments changed after the decision"
 # -- pausing ------------------------------------------------------------------------------------
 
 
-def pause(flow: Flow, step: Step, calls: Sequence[Mapping[str, Any]], rule: ApprovalRule, approver: Approver, *,
+def pause(flow: Flow, step: Step, calls: Sequence[Mapping[str, Any]], approver: Approver, ttl: int, *,
           group: bool = False) -> list[ToolMessageEx]:
-    """Keep ``calls`` (validated, as their handler would get them) waiting for ``approver``'s decision; the tool
-    results the model reads meanwhile, one per call."""
+    """Keep ``calls`` (validated, as their handler would get them) waiting ``ttl`` seconds for ``approver``'s
+    decision; the tool results the model reads meanwhile, one per call."""
     doc = flow.run_context.require_doc()
     now = utc_now()
     stored = [ApprovalCall(name=call["name"], args=call.get("args") or {}) for call in calls]
     approval = ApprovalDoc(
         id=f"ap_{secrets.token_hex(8)}", step=step.id, namespace=step.namespace, calls=stored, group=group,
         digest=arguments_digest(step.id, stored), approver=approver, created_at=now,
-        expires_at=now + timedelta(seconds=rule.ttl_for(approver)),
+        expires_at=now + timedelta(seconds=ttl),
     )
     doc.approvals.append(approval)
     flow.logger.log("approval pending", step=step.id, tool=approval.tool, approval=approval.id,

@@ -15,6 +15,7 @@ from picoflow.authoring.transitions import Transition, as_transition
 from picoflow.conversation.state import PROMPT_KEY
 from picoflow.errors import PicoFlowError
 from picoflow.messages import as_text, content_text, gen_message_id
+from picoflow.turn.hop import Hop
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,11 @@ def read_answer(flow: Flow, answer: Any, *, model_said: Any = None) -> Reply | R
     return Reply(str(as_text(answer))) if transition is None else Route(transition)
 
 
-def deliver_direct(flow: Flow, message: BaseMessage, finish: bool) -> str:
-    """Append a direct answer to the executing step's memory (completing the session when ``finish``); its text."""
+def deliver_direct(step: Step, message: BaseMessage, finish: bool) -> str:
+    """Append a direct answer to the memory of ``step``, the executing one (completing the session when
+    ``finish``); its text."""
     if finish:
-        flow.mark_completed()
-    step = executing_step(flow)
+        step.flow.mark_completed()
     if message.id is None:
         # finish(text) made outside a handler (possibly once, for reuse): a copy belongs to the step that finished
         message = message.model_copy(update={"id": gen_message_id(step.id)})
@@ -66,14 +67,27 @@ def deliver_direct(flow: Flow, message: BaseMessage, finish: bool) -> str:
     return content_text(message.content)
 
 
-async def apply_transition(flow: Flow, transition: Transition) -> Step:
-    """Apply one transition in the fixed order: goto, prompt, state, content type."""
-    executing = executing_step(flow)
-    target = transition.step or executing.id
+async def follow(hop: Hop, answer: Any) -> tuple[Transition, Step] | None:
+    """Apply a handler's ``answer`` when it is a route (a transition, a step class or name): the transition and the
+    step it lands on; None when it is none, and nothing moved."""
+    transition = as_transition(answer)
+    if transition is None:
+        return None
+    return transition, await apply_transition(hop, transition)
+
+
+async def apply_transition(hop: Hop, transition: Transition) -> Step:
+    """Apply one transition of ``hop`` in the fixed order: goto, prompt, state, content type; the step it lands on,
+    which is the executing one after it."""
+    flow = hop.flow
+    # A nested child runs in its own frame for the whole hop; at the top level, a handler may have moved the cursor.
+    executing = hop.step if hop.nested else flow.get_current_step()
+    if executing is None:
+        raise PicoFlowError(f"Flow '{flow.id}' has no current step.")
     # A nested child may stay on itself (a tool result fed back to its model) or reply directly (its result);
-    # moving the cursor, or finishing the session, belongs to the owning step.
-    if transition.finish or target != executing.id:
-        ensure_top_level(flow, target)
+    # moving the cursor (which ``goto`` refuses it), or finishing the session, belongs to the owning step.
+    if hop.nested and transition.finish:
+        ensure_top_level(flow, transition.step or executing.id)
     if transition.finish or not transition.step or transition.step == executing.id:
         destination = executing
     else:

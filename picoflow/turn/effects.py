@@ -13,14 +13,13 @@ stays.
 from __future__ import annotations
 
 import copy
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from picoflow.authoring.flow import Flow
 from picoflow.authoring.step import Step
-from picoflow.authoring.transitions import DirectResult, Transition, as_transition, effect_keys
+from picoflow.authoring.transitions import DirectResult, Transition, as_transition
 from picoflow.conversation.state import TRANSIENT_KEY
-from picoflow.deadline import before_deadline
 from picoflow.errors import PicoFlowError
 from picoflow.messages import from_message_doc, to_message_doc
 from picoflow.session.document import MessageDoc
@@ -31,10 +30,11 @@ JOURNALED = "effect journaled"
 REPLAYED = "effect replayed"
 
 
-async def once(flow: Flow, step: Step, calls: list[dict[str, Any]], run: Callable[[], Awaitable[Any]], *,
-               key: str | None = None) -> Any:
+async def once(flow: Flow, step: Step, calls: list[dict[str, Any]],
+               run: Callable[[Mapping[str, str]], Awaitable[Any]], *, key: str | None = None) -> Any:
     """The outcome of the effect handler of ``calls`` (validated, as the handler gets them): replayed from the
-    journal when this turn already ran it, else ``run()``'s, journaled before it is returned.
+    journal when this turn already ran it, else ``run(keys)``'s (``keys``: each call's journal key, by call id,
+    for ``tool_idempotency_key()``), journaled before it is returned.
 
     ``key`` journals the calls under a key of the caller's (an approved call's, the same in every request that
     may settle it) instead of one derived from this turn.
@@ -50,18 +50,17 @@ async def once(flow: Flow, step: Step, calls: list[dict[str, Any]], run: Callabl
             key = journal.key(step.id, "@tools", [[call["name"], call.get("args") or {}] for call in calls])
     names = [call["name"] for call in calls]
     ids = [call.get("id") or "" for call in calls]
-    recorded = await before_deadline(journal.recorded(key))
+    recorded = await journal.recorded(key)
     if recorded is not None:
         flow.logger.log(REPLAYED, step=step.id, tools=names, toolCallIds=ids)
         return _replay(flow, step, recorded)
     before = _session_state(flow, step)
-    with effect_keys(keys):
-        returned = await run()
+    returned = await run(keys)
     outcome = _outcome(flow, step, before, returned)
     if outcome is None:
         # Not a value a handler may return: the turn reports that defect, and nothing is worth replaying.
         return returned
-    await before_deadline(journal.record(key, outcome))
+    await journal.record(key, outcome)
     flow.logger.log(JOURNALED, step=step.id, tools=names, toolCallIds=ids)
     return returned
 

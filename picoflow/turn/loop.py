@@ -16,11 +16,9 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from picoflow import telemetry
 from picoflow.authoring.flow import Flow
-from picoflow.authoring.run_context import execution_frames
 from picoflow.authoring.step import LogicStep, Step
 from picoflow.authoring.step_registry import collect_steps
 from picoflow.authoring.transitions import as_transition
-from picoflow.conversation.memory import Namespace
 from picoflow.errors import ApprovalNotPendingError, PicoFlowError
 from picoflow.files.refs import with_files
 from picoflow.messages import (
@@ -36,10 +34,11 @@ from picoflow.models.registry import ModelSelection, ProviderRegistry
 from picoflow.results import RunResponse
 from picoflow.session import approvals as records
 from picoflow.session.approvals import Decision
-from picoflow.turn import approvals, streaming
+from picoflow.turn import approvals
 from picoflow.turn.cursor import Reply, apply_transition, deliver_direct, executing_step, read_answer
+from picoflow.turn.hop import Hop, open_hop
 from picoflow.turn.model_call import ModelCall, call_model
-from picoflow.turn.tool_dispatch import dispatch_tools, shown_arguments
+from picoflow.turn.tool_dispatch import calls_table, dispatch_tools, shown_arguments
 
 MAX_HOPS_PER_TURN = 64
 
@@ -77,7 +76,7 @@ async def answer_turn(flow: Flow, user_message: str | None, request_id: str,
     extra, finish = await settle_approvals(flow, decisions, approver="user", decided_by=caller)
     if extra is not None and is_direct(extra) and not user_message:
         # An approved handler answered in code: that is the reply, unless the user also said something.
-        message: Any = deliver_direct(flow, extra, finish)
+        message: Any = deliver_direct(executing_step(flow), extra, finish)
     else:
         if extra is not None:
             executing_step(flow).get_memory().append(extra)
@@ -89,7 +88,7 @@ async def answer_review(flow: Flow, decisions: tuple[Decision, ...], reviewer: s
     """A reviewer's decision on a waiting call, settled at once (the approved tool runs in this request); the
     model answers on the user's next turn."""
     extra, finish = await settle_approvals(flow, decisions, approver="reviewer", decided_by=reviewer)
-    message = deliver_direct(flow, extra, finish) if extra is not None and is_direct(extra) else ""
+    message = deliver_direct(executing_step(flow), extra, finish) if extra is not None and is_direct(extra) else ""
     if extra is not None and not is_direct(extra):
         executing_step(flow).get_memory().append(extra)
     return _answered(flow, message, request_id)
@@ -127,8 +126,8 @@ async def _run_approved(flow: Flow, step: Step, ai: AiMessageEx,
     """Run an approved call on the step that made it (moving the cursor back to it if the conversation moved on)."""
     if flow.get_current_step() is not step:
         await flow.goto(step.id)
-    offer = ModelCall.read(step, flow.run_context.view(flow).memory().namespace(step.namespace))
-    tools = await dispatch_tools(flow, step, ai, offer, approved_key=key)
+    offer = ModelCall.read(open_hop(flow))
+    tools = await dispatch_tools(offer.hop, ai, offer, calls_table(offer.hop, ai, offer), approved_key=key)
     return tools.messages, tools.extra, tools.finish
 
 
@@ -154,30 +153,29 @@ async def run_model_loop(step: Step, user_message: str | None) -> Any:
 
 
 async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
-    prior = executing_step(flow).id
+    prior: str | None = None
     fallback: tuple[str, ModelSelection] | None = None
     for _ in range(MAX_HOPS_PER_TURN):
-        step = executing_step(flow)
+        hop = open_hop(flow)
+        step = hop.step
         telemetry.step_run(step)
-        if step.id != prior:
-            if flow.checkpoint_on_crossing and not execution_frames(flow):
+        if prior is not None and step.id != prior:
+            if flow.checkpoint_on_crossing and not hop.nested:
                 await flow.checkpoint()
-            if flow.run_context.events is not None:
-                streaming.announce_step(flow, step)
+            if hop.sink is not None:
+                hop.sink.progress("step", step.id)
             pending = step.on_crossing(pending, prior)
         prior = step.id
-        # The namespace, read once per hop: handlers and nested steps append to the same live list.
-        space = flow.run_context.view(flow).memory().namespace(step.namespace)
         if step.is_logic():
-            hop = await _logic_hop(flow, step, space, pending)
+            outcome = await _logic_hop(hop, pending)
         else:
             kept = fallback[1] if fallback is not None and fallback[0] == step.id else None
-            hop = await _model_hop(flow, step, space, pending, kept)
-            if hop.fallback is not None:
-                fallback = (step.id, hop.fallback)
-        if isinstance(hop, _Answered):
-            return hop.value
-        pending = hop.pending
+            outcome = await _model_hop(hop, pending, kept)
+            if outcome.fallback is not None:
+                fallback = (step.id, outcome.fallback)
+        if isinstance(outcome, _Answered):
+            return outcome.value
+        pending = outcome.pending
     raise PicoFlowError(f"Flow '{flow.id}' moved between steps more than {MAX_HOPS_PER_TURN} times in one turn.")
 
 
@@ -197,11 +195,12 @@ class _Again:
     fallback: ModelSelection | None = None
 
 
-async def _logic_hop(flow: Flow, step: Step, space: Namespace, pending: BaseMessage | None) -> _Answered | _Again:
+async def _logic_hop(hop: Hop, pending: BaseMessage | None) -> _Answered | _Again:
+    step = hop.step
     if not isinstance(step, LogicStep):
         raise PicoFlowError(f"Step '{step.id}': is_logic() is True only for a LogicStep; subclass LogicStep.")
     handover = pending or HumanMessageEx(step.id, f"{CONTINUE_PREFIX}{step.id}", origin="framework")
-    space.messages.append(handover)
+    hop.space.messages.append(handover)
     transition = as_transition(await step.run_logic())
     if transition is None:
         raise PicoFlowError(f"Logic step '{step.id}' must return a step or a transition.")
@@ -212,29 +211,29 @@ async def _logic_hop(flow: Flow, step: Step, space: Namespace, pending: BaseMess
         raise PicoFlowError(
             f"Logic step '{step.id}' must move the cursor to another step or answer with direct_to(...)."
         )
-    await apply_transition(flow, transition)
+    destination = await apply_transition(hop, transition)
     if answer_now is not None:
-        return _Answered(deliver_direct(flow, answer_now, transition.finish))
+        return _Answered(deliver_direct(destination, answer_now, transition.finish))
     return _Again(transition.message)
 
 
-async def _model_hop(flow: Flow, step: Step, space: Namespace, pending: BaseMessage | None,
-                     fallback: ModelSelection | None) -> _Answered | _Again:
-    """One model call of ``step``: its tool calls dispatched, or its answer read as a reply or a route."""
-    memory = space.messages
+async def _model_hop(hop: Hop, pending: BaseMessage | None, fallback: ModelSelection | None) -> _Answered | _Again:
+    """One model call of the hop's step: its tool calls dispatched, or its answer read as a reply or a route."""
+    step = hop.step
+    memory = hop.space.messages
     if pending is not None:
         memory.append(pending)
-    offer = ModelCall.read(step, space)
-    outcome = await call_model(flow, step, offer, fallback)
+    offer = ModelCall.read(hop)
+    outcome = await call_model(offer, fallback)
     if outcome.ai is None:
-        read = read_answer(flow, outcome.answer)
+        read = read_answer(hop.flow, outcome.answer)
         model_text = None
     else:
         ai = outcome.ai.model_copy(update={"id": gen_message_id(step.id)})
         if ai.tool_calls and outcome.parsed is None:
-            return await _tool_hop(flow, step, memory, ai, offer, outcome.fallback)
+            return await _tool_hop(offer, ai, outcome.fallback)
         result = outcome.parsed if outcome.parsed is not None else content_text(ai.content)
-        read = read_answer(flow, await step.on_response(result), model_said=result)
+        read = read_answer(hop.flow, await step.on_response(result), model_said=result)
         model_text = content_text(ai.content) or as_text(outcome.parsed)
     if isinstance(read, Reply):
         memory.append(AiMessageEx(step.id, read.text))
@@ -242,31 +241,29 @@ async def _model_hop(flow: Flow, step: Step, space: Namespace, pending: BaseMess
     if model_text is not None:
         memory.append(AiMessageEx(step.id, model_text))
     transition = read.transition
-    await apply_transition(flow, transition)
+    destination = await apply_transition(hop, transition)
     if transition.message is not None and is_direct(transition.message):
-        return _Answered(deliver_direct(flow, transition.message, transition.finish), outcome.fallback)
+        return _Answered(deliver_direct(destination, transition.message, transition.finish), outcome.fallback)
     return _Again(transition.message, outcome.fallback)
 
 
-async def _tool_hop(flow: Flow, step: Step, memory: list[BaseMessage], ai: AIMessage, offer: ModelCall,
-                    fallback: ModelSelection | None) -> _Answered | _Again:
+async def _tool_hop(offer: ModelCall, ai: AIMessage, fallback: ModelSelection | None) -> _Answered | _Again:
+    hop = offer.hop
+    table = calls_table(hop, ai, offer)
     shown: dict[str, dict[str, Any]] = {}
-    if flow.run_context.events is not None:
-        shown = shown_arguments(flow, step, ai, offer) if flow.run_context.events.details else {}
-        streaming.announce_tools(flow, ai, shown)
-    tools = await dispatch_tools(flow, step, ai, offer)
-    if shown:
-        streaming.announce_results(flow, tools.messages, shown)
+    if hop.sink is not None:
+        shown = shown_arguments(hop, ai, offer, table) if hop.sink.details else {}
+        hop.sink.tools_called(ai.tool_calls, shown)
+    tools = await dispatch_tools(hop, ai, offer, table)
+    if shown and hop.sink is not None:
+        hop.sink.tools_answered(tools.messages, shown)
     # The call and its results are stored together, after whatever the handlers did: a nested
     # child sharing this namespace must never send a tool call whose results are not there yet.
-    memory.extend([ai, *tools.messages])
+    hop.space.messages.extend([ai, *tools.messages])
     if tools.result is not None:
         return _Answered(tools.result.value, fallback)
     if tools.extra is not None and is_direct(tools.extra):
-        if tools.finish:
-            flow.mark_completed()
-        executing_step(flow).get_memory().append(tools.extra)
-        return _Answered(content_text(tools.extra.content), fallback)
+        return _Answered(deliver_direct(tools.destination or hop.step, tools.extra, tools.finish), fallback)
     if tools.paused:
         # A call waits for a person: the turn ends here and commits with the call pending.
         return _Answered(content_text(ai.content), fallback)

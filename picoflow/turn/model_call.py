@@ -15,17 +15,16 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.runnables import Runnable
 
 from picoflow import telemetry
-from picoflow.authoring.flow import Flow
 from picoflow.authoring.recovery import (
     LlmAttemptErrorContext,
     LlmBlockedContext,
+    LlmCallPolicy,
     LlmErrorContext,
     LlmErrorKind,
     RetryWithModel,
     StopReason,
 )
 from picoflow.authoring.recovery_hooks import handle_block, recover_from_error, should_retry
-from picoflow.authoring.run_context import cancellation_signal
 from picoflow.authoring.step import Step
 from picoflow.authoring.step_tools import offered_names
 from picoflow.conversation.memory import Namespace
@@ -53,24 +52,33 @@ from picoflow.models.refusals import configuration_error
 from picoflow.models.registry import ModelSelection
 from picoflow.models.vocabulary import Block, Vocabulary
 from picoflow.turn import streaming
+from picoflow.turn.hop import Hop
+from picoflow.wire import PLAIN_TEXT
 
 
 @dataclass
 class ModelCall:
-    """What one model call of a step reads from the step and the running turn once, for its attempts and its tool
-    dispatch alike: the step's namespace and the tools it offers."""
+    """What one model call of a hop reads from its step once, for its attempts and its tool dispatch alike: the
+    hop, the tools it offers, the model it calls and how (the call policy, the output schema)."""
 
-    space: Namespace
+    hop: Hop
     #: The flow-registry tools offered, in order.
     tools: list[str]
     #: What ``use_mcp_tools()`` returned; the servers are listed when first needed.
     mcp_offers: list[MCPTools]
+    #: The step's own model (a fallback that ``on_llm_error`` chose replaces it for later calls).
+    selection: ModelSelection
+    policy: LlmCallPolicy
+    #: What ``struct_output_schema()`` returned: the answer's schema, or None for free text.
+    schema: Any
     _mcp: ToolOffer | None = None
 
     @classmethod
-    def read(cls, step: Step, space: Namespace) -> ModelCall:
+    def read(cls, hop: Hop) -> ModelCall:
+        step = hop.step
         mcp_offers = step.use_mcp_tools()
-        return cls(space, offered_names(type(step), step.use_tools(), mcp_offers), mcp_offers)
+        return cls(hop, offered_names(type(step), step.use_tools(), mcp_offers), mcp_offers, step.model_selection(),
+                   step.get_llm_call_policy(), step.struct_output_schema())
 
     async def mcp_tools(self, step: Step) -> ToolOffer:
         """The MCP server tools offered, by name; a step offering none never reaches the MCP client."""
@@ -138,47 +146,48 @@ def build_request(step: Step, space: Namespace) -> list[BaseMessage]:
     return request
 
 
-async def call_model(flow: Flow, step: Step, offer: ModelCall, fallback: ModelSelection | None = None) -> ModelOutcome:
+async def call_model(offer: ModelCall, fallback: ModelSelection | None = None) -> ModelOutcome:
     """One accepted model result for ``step``, or the answer of its recovery hooks.
 
     Ordinary attempts use the step's selection and its attempt budget; a ``fallback`` (chosen earlier
     by ``on_llm_error``) gets one attempt per call and cannot be replaced by a second fallback.
     """
-    selection = fallback or step.model_selection()
-    outcome = await _attempts(flow, step, offer, selection, 1 if fallback else selection.retry_attempts)
+    bound = await _bind(offer, fallback or offer.selection)
+    outcome = await _attempts(offer, bound, 1 if fallback else bound.selection.retry_attempts)
     if isinstance(outcome, ModelOutcome):
         return outcome
-    answer = await _recover(flow, step, selection, outcome)
+    answer = await _recover(offer.hop, bound, outcome)
     if isinstance(answer, RetryWithModel) and fallback is None:
-        alternate = answer.selection
-        outcome = await _attempts(flow, step, offer, alternate, 1)
+        alternate = await _bind(offer, answer.selection)
+        outcome = await _attempts(offer, alternate, 1)
         if isinstance(outcome, ModelOutcome):
-            return dataclasses.replace(outcome, fallback=alternate)
-        answer = await _recover(flow, step, alternate, outcome)
+            return dataclasses.replace(outcome, fallback=alternate.selection)
+        answer = await _recover(offer.hop, alternate, outcome)
     if isinstance(answer, RetryWithModel):
-        raise PicoFlowError(f"Step '{step.id}' asked for a second fallback model in one recovery sequence.")
+        raise PicoFlowError(f"Step '{offer.hop.step.id}' asked for a second fallback model in one recovery sequence.")
     return ModelOutcome(answer=answer)
 
 
-async def _recover(flow: Flow, step: Step, selection: ModelSelection, failure: Failure) -> Any:
+async def _recover(hop: Hop, bound: _Bound, failure: Failure) -> Any:
+    step, selection = hop.step, bound.selection
     context = LlmErrorContext.at(
         step.id, selection, kind=failure.kind, attempts=failure.attempts, stopped_because=failure.stopped_because,
-        error=failure.error, last_response=failure.last_response, signal=cancellation_signal(flow),
+        error=failure.error, last_response=failure.last_response, signal=hop.signal,
     )
-    answer = await recover_from_error((step, step.flow), context)
+    answer = await recover_from_error((step, hop.flow), context)
     if answer is None:
-        vocabulary = flow.run_context.require_services().providers.vocabulary(selection)
-        raise failure.as_error(selection, vocabulary) from failure.error
+        raise failure.as_error(selection, bound.vocabulary) from failure.error
     return answer
 
 
-async def _blocked(flow: Flow, step: Step, selection: ModelSelection, block: Block) -> ModelOutcome:
-    flow.logger.warn("model call blocked by the provider", step=step.id, reason=block.reason, phase=block.phase)
+async def _blocked(hop: Hop, selection: ModelSelection, block: Block) -> ModelOutcome:
+    step = hop.step
+    hop.flow.logger.warn("model call blocked by the provider", step=step.id, reason=block.reason, phase=block.phase)
     context = LlmBlockedContext.at(
         step.id, selection, reason=block.reason, raw_reason=block.raw_reason, phase=block.phase, details=block.details,
-        signal=cancellation_signal(flow),
+        signal=hop.signal,
     )
-    return ModelOutcome(answer=await handle_block((step, step.flow), context))
+    return ModelOutcome(answer=await handle_block((step, hop.flow), context))
 
 
 # -- the attempts ---------------------------------------------------------------------------------
@@ -198,16 +207,19 @@ class _Bound:
     policy_ms: int | None
     stall: float | None
     vocabulary: Vocabulary
+    #: The file types the provider reads, for a request that references files.
+    file_types: frozenset[str]
 
 
-async def _bind(flow: Flow, step: Step, offer: ModelCall, selection: ModelSelection) -> _Bound:
+async def _bind(offer: ModelCall, selection: ModelSelection) -> _Bound:
+    flow = offer.hop.flow
     providers = flow.run_context.require_services().providers
     model = providers.chat_model(selection)
     specs = [flow.run_context.require_tool(name, flow.id) for name in offer.tools]
-    schema = step.struct_output_schema()
-    policy = step.get_llm_call_policy()
+    schema, policy = offer.schema, offer.policy
     # Tools offered from MCP servers come with their servers' schemas (listed when first needed).
-    offered = [] if schema is not None else [t.as_model_tool() for t in (await offer.mcp_tools(step)).tools.values()]
+    offered = ([] if schema is not None
+               else [t.as_model_tool() for t in (await offer.mcp_tools(offer.hop.step)).tools.values()])
     tools = [spec.as_model_tool() for spec in specs] + offered
     runnable: Runnable[Any, Any]
     if schema is not None:
@@ -219,31 +231,31 @@ async def _bind(flow: Flow, step: Step, offer: ModelCall, selection: ModelSelect
     # The built-in open_file is offered when a request references a file shown earlier, unless a tool has its name.
     can_open = schema is None and OPEN_FILE_TOOL not in {tool["function"]["name"] for tool in tools}
     return _Bound(selection, model, runnable, tools, schema, can_open, policy.timeout_ms,
-                  policy.stall_ms / 1000 if policy.stall_ms else None, providers.vocabulary(selection))
+                  policy.stall_ms / 1000 if policy.stall_ms else None, providers.vocabulary(selection),
+                  providers.file_types(selection))
 
 
-async def _attempts(
-    flow: Flow, step: Step, offer: ModelCall, selection: ModelSelection, budget: int
-) -> ModelOutcome | Failure:
-    """Up to ``budget`` attempts: the first accepted result, a refusal's answer, or the last failure."""
-    runtime = flow.run_context.require_services()
-    bound = await _bind(flow, step, offer, selection)
-    signal = cancellation_signal(flow)
+async def _attempts(offer: ModelCall, bound: _Bound, budget: int) -> ModelOutcome | Failure:
+    """Up to ``budget`` attempts of the ``bound`` model: the first accepted result, a refusal's answer, or the last
+    failure."""
+    hop = offer.hop
+    step, signal, selection = hop.step, hop.signal, bound.selection
+    runtime = hop.flow.run_context.require_services()
     failure = Failure("invocation_error", "unknown", "no attempt was made", attempts=0)
     for attempt in range(1, budget + 1):
         if attempt > 1 and runtime.retry_delay:
             await asyncio.sleep(runtime.retry_delay)
         if signal is not None:
             signal.raise_if_cancelled()
-        result = await _attempt(flow, step, offer, bound, attempt)
+        result = await _attempt(offer, bound, attempt)
         if isinstance(result, Block):
             # A refusal is final for this call: no ordinary retry and no on_llm_error.
-            return await _blocked(flow, step, selection, result)
+            return await _blocked(hop, selection, result)
         if isinstance(result, ModelOutcome):
             return result
         failure = result
         # Only an invocation that raised asks whether to retry: the other failures go on to the next attempt.
-        if attempt < budget and failure.error is not None and not await should_retry((step, step.flow), (
+        if attempt < budget and failure.error is not None and not await should_retry((step, hop.flow), (
             LlmAttemptErrorContext.at(step.id, selection, error=failure.error, attempt=attempt, max_attempts=budget,
                                       signal=signal)
         )):
@@ -251,30 +263,28 @@ async def _attempts(
     return failure
 
 
-async def _attempt(
-    flow: Flow, step: Step, offer: ModelCall, bound: _Bound, attempt: int
-) -> ModelOutcome | Failure | Block:
+async def _attempt(offer: ModelCall, bound: _Bound, attempt: int) -> ModelOutcome | Failure | Block:
     """One invocation of the model and the judgement of what it returned."""
-    request = build_request(step, offer.space)
+    hop = offer.hop
+    flow, step = hop.flow, hop.step
+    request = build_request(step, hop.space)
     called = bound.runnable
     # Outside the attempt's error handling: a file the model cannot read is the caller's error, not a retry.
     if any(isinstance(message.content, list) for message in request):
         # Only multimodal content can reference files: plain text needs no look at the file store.
-        file_types = flow.run_context.require_services().providers.file_types(bound.selection)
-        prepared = await with_file_parts(request, flow.run_context.files, file_types, step.id, step.namespace,
+        prepared = await with_file_parts(request, flow.run_context.files, bound.file_types, step.id, step.namespace,
                                          can_open=bound.can_open)
         request = prepared.messages
         if prepared.openable:
             called = bound.model.bind_tools([*bound.tools, open_file_tool()])
     timeout = _attempt_timeout(bound.policy_ms)
-    # Structured output arrives whole; a plain reply of the turn's own step streams to the client.
-    events = flow.run_context.events is not None
-    sink = streaming.reply_sink(flow, step) if bound.schema is None and events else None
+    # Structured output arrives whole; a plain reply of the turn's own top-level step streams to the client.
+    sink = hop.sink if bound.schema is None and step.content_type == PLAIN_TEXT else None
     try:
         with telemetry.model_call(bound.selection, "chat", step.id, request) as traced:
             call = (called.ainvoke(request) if sink is None
                     else streaming.streamed_call(called, request, sink, bound.stall))
-            output = traced.answered(await _invoke(call, timeout, cancellation_signal(flow), step.id))
+            output = traced.answered(await _invoke(call, timeout, hop.signal, step.id))
     except TimeoutError as exc:
         # Without a turn deadline or call policy the timeout is the provider's own.
         limit = "its time limit" if timeout is None else f"{timeout * 1000:.0f} ms"
@@ -289,12 +299,12 @@ async def _attempt(
             return block
         flow.logger.warn("model attempt failed", step=step.id, attempt=attempt, error=type(exc).__name__)
         return Failure("invocation_error", "error", f"{type(exc).__name__}: {exc}", attempt, exc)
-    return _judge(flow, step, offer, bound, output, attempt)
+    return _judge(hop, bound, output, attempt)
 
 
-def _judge(flow: Flow, step: Step, offer: ModelCall, bound: _Bound, output: Any,
-           attempt: int) -> ModelOutcome | Failure | Block:
+def _judge(hop: Hop, bound: _Bound, output: Any, attempt: int) -> ModelOutcome | Failure | Block:
     """What an invocation returned, accepted, refused by the provider or failed (unparsable, empty, rejected)."""
+    flow, step = hop.flow, hop.step
     ai = output.get("raw") if bound.schema is not None else output
     if isinstance(ai, AIMessage):
         # Token accounting records attempted work, workers' included.
@@ -313,7 +323,7 @@ def _judge(flow: Flow, step: Step, offer: ModelCall, bound: _Bound, output: Any,
             ai = AIMessage(content=as_text(parsed))
     elif not ai.tool_calls and not content_text(ai.content).strip():
         reason = str(ai.response_metadata.get("finish_reason") or "empty")
-        offer.space.messages.append(HumanMessageEx(step.id, EMPTY_RESPONSE_NUDGE, origin="framework"))
+        hop.space.messages.append(HumanMessageEx(step.id, EMPTY_RESPONSE_NUDGE, origin="framework"))
         return Failure("empty_response", reason, "the model returned an empty response", attempt, last_response=ai)
     result = parsed if parsed is not None else ai
     if step.check_response(result):

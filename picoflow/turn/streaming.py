@@ -1,23 +1,20 @@
 """A streamed model call: the reply's text goes to the turn's event sink as the model writes it.
 
-Only the executing top-level step's plain-text replies stream; nested children, parallel workers and structured
-output answer as a whole. The loop decides what the reply is; this module only shows it early, and takes back
-(``reset``) what turns out not to be the reply: text before a tool call, or a partial answer whose call failed.
+Only the executing top-level step's plain-text replies stream (a hop holds the sink only then:
+``picoflow.turn.hop``); nested children, parallel workers and structured output answer as a whole. The loop
+decides what the reply is; this module only shows it early, and takes back (``reset``) what turns out not to be
+the reply: text before a tool call, or a partial answer whose call failed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage, message_chunk_to_message
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, message_chunk_to_message
 
-from picoflow.authoring.run_context import execution_frames, worker_view
-from picoflow.authoring.step import Step
-from picoflow.events import EventSink, ToolCallView
+from picoflow.events import EventSink
 from picoflow.messages import content_text, finish_reason
-from picoflow.wire import PLAIN_TEXT
 
 
 class IncompleteReplyError(ConnectionError):
@@ -27,50 +24,6 @@ class IncompleteReplyError(ConnectionError):
 
 class StalledReplyError(TimeoutError):
     """A streamed reply sent no chunk for the call policy's ``stall_ms``."""
-
-
-def turn_sink(flow: Any) -> EventSink | None:
-    """The sink of the streamed turn ``flow`` runs, unless this task runs a nested child or a parallel worker."""
-    sink: EventSink | None = flow.run_context.events
-    if sink is None or execution_frames(flow) or worker_view(flow) is not None:
-        return None
-    return sink
-
-
-def reply_sink(flow: Any, step: Step) -> EventSink | None:
-    """Where ``step``'s model call streams its text: only a top-level step replying in plain text streams."""
-    return turn_sink(flow) if step.content_type == PLAIN_TEXT else None
-
-
-def announce_step(flow: Any, step: Step) -> None:
-    """Tell a streaming client that the turn moved to ``step``."""
-    sink = turn_sink(flow)
-    if sink is not None:
-        sink.progress("step", step.id)
-
-
-def announce_tools(flow: Any, ai: AIMessage, shown: Mapping[str, dict[str, Any]]) -> None:
-    """Tell a streaming client which tools the model called: any text it showed was not the reply.
-
-    ``shown`` holds the validated arguments of the calls the flow shows, by call id; other calls go by name.
-    """
-    sink = turn_sink(flow)
-    if sink is not None:
-        sink.reset()
-        for call in ai.tool_calls:
-            call_id = call.get("id") or ""
-            sink.tool_called(ToolCallView(call_id, call["name"], shown.get(call_id) if call_id else None))
-
-
-def announce_results(flow: Any, results: Sequence[BaseMessage], shown: Mapping[str, dict[str, Any]]) -> None:
-    """Tell a streaming client what each shown call returned: the tool message the model reads."""
-    sink = turn_sink(flow)
-    if sink is None:
-        return
-    for message in results:
-        if isinstance(message, ToolMessage) and message.tool_call_id in shown:
-            sink.tool_answered(ToolCallView(message.tool_call_id, str(message.name or ""),
-                                            shown[message.tool_call_id], content_text(message.content)))
 
 
 async def streamed_call(

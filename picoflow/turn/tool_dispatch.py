@@ -3,9 +3,8 @@ and their answers applied as transitions; one tool message per call."""
 
 from __future__ import annotations
 
-import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,25 +12,16 @@ from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel, ValidationError
 
 from picoflow import telemetry
-from picoflow.authoring.flow import Flow
 from picoflow.authoring.step import Step
-from picoflow.authoring.step_tools import (
-    InvalidToolArguments,
-    approval_of,
-    argument_model,
-    group_handler,
-    is_effect,
-    shows_call,
-    takes_no_arguments,
-    tool_handler,
-)
-from picoflow.authoring.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition, handling
+from picoflow.authoring.step_tools import Handling, InvalidToolArguments, ToolTable, tool_table
+from picoflow.authoring.transitions import TOOL_VALIDATED, DirectResult, Transition, handling
 from picoflow.errors import PicoFlowError
 from picoflow.files.reopen import OPEN_FILE_TOOL, FileOpening
 from picoflow.mcp import ToolCallOutcome, run_offered
 from picoflow.messages import ToolMessageEx
 from picoflow.turn import approvals, effects
-from picoflow.turn.cursor import apply_transition
+from picoflow.turn.cursor import follow
+from picoflow.turn.hop import Hop
 from picoflow.turn.model_call import ModelCall
 
 
@@ -45,29 +35,57 @@ class ToolOutcome:
     result: DirectResult | None = None
     #: Whether a call now waits for a person's decision instead of having run.
     paused: bool = False
+    #: The step the last transition a handler answered with landed on; None when none moved anything.
+    destination: Step | None = None
+
+    async def route(self, hop: Hop, answer: Any) -> Transition | None:
+        """Apply a handler's ``answer`` when it is a route, keeping the message it carries for the turn; None when
+        it is none (nothing moved)."""
+        followed = await follow(hop, answer)
+        if followed is None:
+            return None
+        transition, self.destination = followed
+        if transition.message is not None:
+            self.extra, self.finish = transition.message, transition.finish
+        return transition
 
 
-async def _call_handler(step: Step, handler: Any, argument: Any, call: Mapping[str, Any] | None = None) -> Any:
-    with handling(step, call):
-        # A tool without arguments is handled by ``async def show_table(self)``.
-        result = handler() if takes_no_arguments(getattr(handler, "__func__", handler)) else handler(argument)
+def calls_table(hop: Hop, ai: AIMessage, offer: ModelCall) -> ToolTable:
+    """What handles each call of ``ai``, resolved once for the shown arguments and the dispatch alike: a handler
+    may answer the registry tools the step offers and the MCP server tools it names."""
+    flow = hop.flow
+    handled = frozenset(offer.tools).union(*(mcp.tools for mcp in offer.mcp_offers))
+    return tool_table(hop.step, flow.run_context.tools, {call["name"] for call in ai.tool_calls}, handled,
+                      bool(getattr(flow, "show_tool_calls", False)))
+
+
+async def _call_handler(step: Step, handler: Any, argument: Any, call: Mapping[str, Any] | None = None, *,
+                        bare: bool = False, keys: Mapping[str, str] | None = None) -> Any:
+    with handling(step, call, keys):
+        # A tool without arguments (``bare``) is handled by ``async def show_table(self)``.
+        result = handler() if bare else handler(argument)
         return await result if inspect.isawaitable(result) else result
 
 
-async def _run_handler(flow: Flow, step: Step, handler: Any, calls: list[dict[str, Any]],
-                       run: Callable[[], Awaitable[Any]], key: str | None = None) -> Any:
-    """What a handler returns; an effect handler runs once per turn, however often the turn is retried (an approved
-    call once under its approval's ``key``, in whichever request settles it)."""
-    if key is not None or is_effect(flow, [call["name"] for call in calls], handler):
-        return await effects.once(flow, step, calls, run, key=key)
+async def _run_handler(hop: Hop, handled: Handling, calls: list[dict[str, Any]], argument: Any,
+                       call: Mapping[str, Any] | None = None, key: str | None = None) -> Any:
+    """What the handler returns for ``argument`` (``call`` when it handles a single one); an effect handler runs
+    once per turn, however often the turn is retried (an approved call once under its approval's ``key``, in
+    whichever request settles it)."""
+
+    def run(keys: Mapping[str, str] | None = None) -> Awaitable[Any]:
+        return _call_handler(hop.step, handled.handler, argument, call, bare=handled.bare, keys=keys)
+
+    if key is not None or handled.effect:
+        return await effects.once(hop.flow, hop.step, calls, run, key=key)
     return await run()
 
 
-def _handler_route(step: Step, handler: Any, result: Any) -> Transition:
-    """A tool handler's answer (other than None, which routes nowhere) as a transition."""
-    transition = as_transition(result)
+async def _handler_route(hop: Hop, handler: Any, result: Any, outcome: ToolOutcome) -> Transition:
+    """A tool handler's answer (other than None, which routes nowhere), applied as a transition."""
+    transition = await outcome.route(hop, result)
     if transition is None:
-        where = f"Tool handler '{type(step).__name__}.{getattr(handler, '__name__', handler)}'"
+        where = f"Tool handler '{type(hop.step).__name__}.{getattr(handler, '__name__', handler)}'"
         # A TypeScript-style {step, state} object is the usual slip: say what to write instead.
         raise PicoFlowError(
             f"{where} returned a {type(result).__name__}; return go(Step), stay(...), direct(...), "
@@ -76,8 +94,9 @@ def _handler_route(step: Step, handler: Any, result: Any) -> Transition:
     return transition
 
 
-def _group_route(step: Step, method: str, result: Any) -> Transition:
-    where = f"Tool group handler '{type(step).__name__}.{method}'"
+async def _group_route(hop: Hop, method: str, result: Any, outcome: ToolOutcome) -> Transition:
+    """A group handler's answer, which must be a route, applied as a transition."""
+    where = f"Tool group handler '{type(hop.step).__name__}.{method}'"
     if result is None:
         raise PicoFlowError(f"{where} returned None.")
     if isinstance(result, str) and not result.strip():
@@ -86,24 +105,24 @@ def _group_route(step: Step, method: str, result: Any) -> Transition:
         raise PicoFlowError(f"{where} returned an unsupported {type(result).__name__} result.")
     if isinstance(result, dict) and "step" not in result:
         raise PicoFlowError(f"{where} returned an object without step.")
-    transition = as_transition(result)
+    transition = await outcome.route(hop, result)
     if transition is None:
         raise PicoFlowError(f"{where} returned an object with an invalid step.")
     return transition
 
 
-async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall, *,
+async def dispatch_tools(hop: Hop, ai: AIMessage, offer: ModelCall, table: ToolTable, *,
                          approved_key: str | None = None) -> ToolOutcome:
-    """Run the handlers for one AI message's tool calls; one tool message per call.
+    """Run the handlers ``table`` names for one AI message's tool calls; one tool message per call.
 
     A call that needs a person's decision does not run: it waits (``picoflow.turn.approvals``) and the outcome
     says so. ``approved_key`` settles calls a person approved: they run under that journal key.
     """
+    flow, step = hop.flow, hop.step
     calls = ai.tool_calls
     outcome = ToolOutcome()
-    group = group_handler(step, {call["name"] for call in calls})
-    if group is not None:
-        await _dispatch_group(flow, step, group, calls, outcome, approved_key)
+    if table.group is not None:
+        await _dispatch_group(hop, table.group, calls, outcome, approved_key)
         return outcome
     exposed = set(offer.tools)
     offered = await offer.mcp_tools(step)
@@ -114,9 +133,9 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall
             arguments = call.get("args") or {}
             ran = (await run_offered(offered.tools[name], arguments) if name in offered.tools
                    else offered.unavailable_outcome(name, arguments))
-            await _dispatch_offered(flow, step, call, ran, outcome)
+            await _dispatch_offered(hop, table.tools.get(name), call, ran, outcome)
         elif name == OPEN_FILE_TOOL and name not in exposed:
-            opening = opening or FileOpening(step.get_memory(), flow.run_context.files.budget, step)
+            opening = opening or FileOpening(hop.space.messages, flow.run_context.files.budget, step)
             outcome.messages.append(_tool_message(step, call, *opening.answer(call.get("args") or {})))
         elif name not in exposed:
             flow.logger.warn(f"hallucinated tool: {name}", step=step.id)
@@ -124,135 +143,124 @@ async def dispatch_tools(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall
                 _tool_message(step, call, f"LLM hallucinates a non-existing tool: {name}", status="error")
             )
         else:
-            await _dispatch_call(flow, step, call, outcome, approved_key)
+            await _dispatch_call(hop, table.tools[name], call, outcome, approved_key)
     # The opened files follow every call's result, in one message the next request carries in full.
     outcome.messages.extend(opening.messages() if opening is not None else [])
     return outcome
 
 
-async def _dispatch_group(flow: Flow, step: Step, group: Any, calls: list[Any], outcome: ToolOutcome,
+async def _dispatch_group(hop: Hop, group: Handling, calls: list[Any], outcome: ToolOutcome,
                           approved_key: str | None) -> None:
     """A group handler owns the whole batch: it runs once for every call, after every call's arguments check."""
-    checked = [(call, _checked_args(flow, call)) for call in calls]
+    step = hop.step
+    checked = [(call, _checked_args(hop, call)) for call in calls]
     valid = [(call, args) for call, args in checked if not isinstance(args, ValidationError)]
     if len(valid) < len(checked):
         # Nothing runs until every call is valid.
         for call, args in checked:
             if isinstance(args, ValidationError):
-                outcome.messages.append(await _refuse_arguments(flow, step, call, args, outcome))
+                outcome.messages.append(await _refuse_arguments(hop, call, args, outcome))
             else:
                 outcome.messages.append(_tool_message(
                     step, call, "Not run: another call in this batch had invalid arguments.", status="error"
                 ))
         return
     validated = [{**call, "args": _as_dict(args)} for call, args in valid]
-    rule = None if approved_key else approval_of(flow, [call["name"] for call in calls], group)
-    approver = rule.approver_for(validated) if rule is not None else None
-    if rule is not None and approver is not None:
-        outcome.messages.extend(approvals.pause(flow, step, validated, rule, approver, group=True))
+    waiting = None if approved_key or group.approval is None else group.approval.waiting(validated)
+    if waiting is not None:
+        outcome.messages.extend(approvals.pause(hop.flow, step, validated, *waiting, group=True))
         outcome.paused = True
         return
-    run_group = functools.partial(_call_handler, step, group, validated)
-    returned = await _run_handler(flow, step, group, validated, run_group, approved_key)
+    returned = await _run_handler(hop, group, validated, validated, key=approved_key)
     if isinstance(returned, DirectResult):
-        outcome.result = _worker_result(flow, step, returned)
+        outcome.result = _worker_result(hop, returned)
         outcome.messages.extend(_tool_message(step, call, TOOL_VALIDATED) for call in calls)
         return
-    transition = _group_route(step, group.__name__, returned)
-    await apply_transition(flow, transition)
+    transition = await _group_route(hop, group.handler.__name__, returned, outcome)
     for call in calls:
         outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
-    outcome.extra, outcome.finish = transition.message, transition.finish
 
 
-async def _dispatch_call(flow: Flow, step: Step, call: Mapping[str, Any], outcome: ToolOutcome,
+async def _dispatch_call(hop: Hop, handled: Handling, call: Mapping[str, Any], outcome: ToolOutcome,
                          approved_key: str | None) -> None:
     """One call of an exposed tool: its arguments checked, its approval asked, then its handler run."""
-    name = call["name"]
-    args = _checked_args(flow, call)
+    step = hop.step
+    args = _checked_args(hop, call)
     if isinstance(args, ValidationError):
-        outcome.messages.append(await _refuse_arguments(flow, step, call, args, outcome))
+        outcome.messages.append(await _refuse_arguments(hop, call, args, outcome))
         return
-    handler = tool_handler(step, name)
-    if handler is None:
-        flow.logger.warn(f"missing tool handler: {name}", step=step.id)
+    if handled.handler is None:
+        hop.flow.logger.warn(f"missing tool handler: {call['name']}", step=step.id)
         outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
         return
-    argument = _handler_argument(handler, args)
-    rule = None if approved_key else approval_of(flow, [name], handler)
-    approver = rule.approver_for(argument) if rule is not None else None
-    if rule is not None and approver is not None:
-        outcome.messages.extend(approvals.pause(flow, step, [{**call, "args": _as_dict(args)}], rule, approver))
+    # A typed handler (``args: Model``) gets the validated model; any other handler its JSON dict.
+    argument = args if handled.argument is not None and isinstance(args, handled.argument) else _as_dict(args)
+    waiting = None if approved_key or handled.approval is None else handled.approval.waiting(argument)
+    if waiting is not None:
+        outcome.messages.extend(approvals.pause(hop.flow, step, [{**call, "args": _as_dict(args)}], *waiting))
         outcome.paused = True
         return
-    run = functools.partial(_call_handler, step, handler, argument, call)
-    returned = await _run_handler(flow, step, handler, [{**call, "args": _as_dict(args)}], run, approved_key)
+    returned = await _run_handler(hop, handled, [{**call, "args": _as_dict(args)}], argument, call, approved_key)
     if isinstance(returned, DirectResult):
-        outcome.result = _worker_result(flow, step, returned)
+        outcome.result = _worker_result(hop, returned)
         outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
         return
     if returned is None:
         outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
         return
-    transition = _handler_route(step, handler, returned)
-    await apply_transition(flow, transition)
+    transition = await _handler_route(hop, handled.handler, returned, outcome)
     outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
-    if transition.message is not None:
-        outcome.extra, outcome.finish = transition.message, transition.finish
 
 
-async def _dispatch_offered(flow: Flow, step: Step, call: Mapping[str, Any], ran: ToolCallOutcome,
+async def _dispatch_offered(hop: Hop, handled: Handling | None, call: Mapping[str, Any], ran: ToolCallOutcome,
                             outcome: ToolOutcome) -> None:
     """An MCP tool the step offers, answered: a same-named handler of the step gets the server's result."""
-    handler = tool_handler(step, call["name"]) if ran.result is not None else None
-    if handler is None:
+    step = hop.step
+    handler = handled.handler if handled is not None and ran.result is not None else None
+    if handled is None or handler is None:
         if ran.result is not None and ran.result.error is not None:
-            flow.logger.warn("MCP tool unavailable", step=step.id, server=ran.result.server, tool=ran.result.tool,
-                             reason=ran.result.error.reason)
+            hop.flow.logger.warn("MCP tool unavailable", step=step.id, server=ran.result.server,
+                                 tool=ran.result.tool, reason=ran.result.error.reason)
         outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
         return
-    returned = await _call_handler(step, handler, ran.result, call)
+    returned = await _call_handler(step, handler, ran.result, call, bare=handled.bare)
     if isinstance(returned, DirectResult):
-        outcome.result = _worker_result(flow, step, returned)
+        outcome.result = _worker_result(hop, returned)
         outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
         return
     if returned is None:
         # The handler only looked: the model reads the server's result (or the fixed sentence on a failure).
         outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
         return
-    transition = _handler_route(step, handler, returned)
-    await apply_transition(flow, transition)
+    transition = await _handler_route(hop, handler, returned, outcome)
     outcome.messages.append(_tool_message(step, call, transition.tool or ran.content))
-    if transition.message is not None:
-        outcome.extra, outcome.finish = transition.message, transition.finish
 
 
-def _worker_result(flow: Flow, step: Step, result: DirectResult) -> DirectResult:
-    worker = flow.run_context.view(flow).worker
-    if worker is None or worker.step is not step:
+def _worker_result(hop: Hop, result: DirectResult) -> DirectResult:
+    if hop.worker is None or hop.worker.step is not hop.step:
         raise PicoFlowError("direct_result() can only be returned by a tool handler of a run_steps() worker.")
     return result
 
 
-def shown_arguments(flow: Flow, step: Step, ai: AIMessage, offer: ModelCall) -> dict[str, dict[str, Any]]:
-    """The validated arguments of the calls clients may see (``shows_call``), by call id; a call whose arguments
-    fail the schema, or a tool outside the flow's registry (an MCP server's, ``open_file``), is never shown."""
-    calls = ai.tool_calls
-    group = group_handler(step, {call["name"] for call in calls})
+def shown_arguments(hop: Hop, ai: AIMessage, offer: ModelCall, table: ToolTable) -> dict[str, dict[str, Any]]:
+    """The validated arguments of the calls clients may see (``Handling.shown``), by call id; a call whose
+    arguments fail the schema, or a tool outside the flow's registry (an MCP server's, ``open_file``), is never
+    shown."""
     shown: dict[str, dict[str, Any]] = {}
-    for call in calls:
+    for call in ai.tool_calls:
         name, call_id = call["name"], call.get("id")
-        if not call_id or name not in offer.tools or not shows_call(flow, name, group or tool_handler(step, name)):
+        handled = table.group or table.tools.get(name)
+        if not call_id or name not in offer.tools or handled is None or name not in handled.shown:
             continue
-        args = _checked_args(flow, call)
+        args = _checked_args(hop, call)
         if not isinstance(args, ValidationError):
             shown[call_id] = _as_dict(args)
     return shown
 
 
-def _checked_args(flow: Flow, call: Mapping[str, Any]) -> dict[str, Any] | BaseModel | ValidationError:
+def _checked_args(hop: Hop, call: Mapping[str, Any]) -> dict[str, Any] | BaseModel | ValidationError:
     """The call's arguments validated against its tool schema (the model instance), or the validation error."""
-    spec = flow.get_tool(call["name"])
+    spec = hop.flow.run_context.tools.get(call["name"])
     raw = call.get("args") or {}
     if spec is None:
         return dict(raw)
@@ -267,29 +275,21 @@ def _as_dict(args: dict[str, Any] | BaseModel) -> dict[str, Any]:
     return args.model_dump(mode="json", by_alias=True) if isinstance(args, BaseModel) else args
 
 
-def _handler_argument(handler: Any, args: dict[str, Any] | BaseModel) -> Any:
-    """A typed handler (``args: Model``) gets the validated model; any other handler its JSON dict."""
-    wanted = argument_model(getattr(handler, "__func__", handler))
-    return args if wanted is not None and isinstance(args, wanted) else _as_dict(args)
-
-
 def _tool_message(step: Step, call: Mapping[str, Any], content: str, status: str = "success") -> ToolMessageEx:
     return ToolMessageEx(step.id, content, call.get("id") or "", name=call["name"], status=status)
 
 
 async def _refuse_arguments(
-    flow: Flow, step: Step, call: Mapping[str, Any], error: ValidationError, outcome: ToolOutcome
+    hop: Hop, call: Mapping[str, Any], error: ValidationError, outcome: ToolOutcome
 ) -> ToolMessageEx:
     """The tool result for a call with invalid arguments: the step's own feedback, or the default one."""
+    step = hop.step
     invalid = InvalidToolArguments(name=call["name"], args=dict(call.get("args") or {}), error=error)
     hook = step.on_invalid_tool_arguments
     answer = await _call_handler(step, hook, invalid, call)
-    if answer is None or isinstance(answer, str):
-        return _tool_message(step, call, answer or invalid.default_feedback(), status="error")
-    transition = _handler_route(step, hook, answer)
-    await apply_transition(flow, transition)
-    if transition.message is not None:
-        outcome.extra, outcome.finish = transition.message, transition.finish
-    # A bare stay() carries "input validated", which would tell the model the opposite of what happened.
-    feedback = transition.tool if transition.tool not in (None, TOOL_VALIDATED) else invalid.default_feedback()
-    return _tool_message(step, call, feedback, status="error")
+    feedback = answer if isinstance(answer, str) else None
+    if answer is not None and feedback is None:
+        transition = await _handler_route(hop, hook, answer, outcome)
+        # A bare stay() carries "input validated", which would tell the model the opposite of what happened.
+        feedback = transition.tool if transition.tool != TOOL_VALIDATED else None
+    return _tool_message(step, call, feedback or invalid.default_feedback(), status="error")
