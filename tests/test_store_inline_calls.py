@@ -90,6 +90,29 @@ async def test_with_less_time_left_than_the_client_can_take_the_call_goes_to_a_t
     await store.close()
 
 
+async def test_a_client_that_is_not_botocores_stays_on_a_thread_under_a_deadline() -> None:
+    class Double:
+        """Answers GetItem as an empty table would, recording the thread it ran on; no botocore ``meta``."""
+
+        class exceptions:  # noqa: N801 - botocore's attribute name
+            class ConditionalCheckFailedException(Exception):
+                pass
+
+        def __init__(self) -> None:
+            self.threads: list[int] = []
+
+        def get_item(self, **_: Any) -> dict[str, Any]:
+            self.threads.append(threading.get_ident())
+            return {}
+
+    double = Double()
+    store = DynamoDBSessionStore("sessions", client=double, inline_reads_and_writes=True)
+    with turn_deadline(time.monotonic() + 60):
+        assert await store.load("s1") is None
+    assert await store.load("s2") is None  # no deadline: nothing to abandon the call for
+    assert double.threads[0] != threading.get_ident() and double.threads[1] == threading.get_ident()
+
+
 async def test_a_conflict_raised_inline_is_the_same_conflict(moto_dynamodb: DynamoTable) -> None:
     from picoflow.errors import SessionConflictError
 

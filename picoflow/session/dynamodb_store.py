@@ -391,7 +391,9 @@ class DynamoDBSessionStore(SessionStore):
         deadline = current_deadline()
         if deadline is None:
             return True
-        longest = longest_request_seconds(client.meta.config)
+        # A client that is not botocore's (a test double) says nothing of its timeouts: keep it on a thread.
+        config = getattr(getattr(client, "meta", None), "config", None)
+        longest = longest_request_seconds(config) if config is not None else None
         return longest is not None and longest <= deadline - time.monotonic()
 
     def _limit(self) -> int:
