@@ -17,7 +17,7 @@ from langchain_core.messages import BaseMessage
 from flows.invoice.records import CaptureJson, FetchFile, as_record
 from picoflow import Step, Transition, finish, go, load_prompt, prompt, render, stay, tool
 from picoflow.files.refs import FileRef, with_files
-from picoflow.messages import HumanMessageEx, content_text
+from picoflow.messages import HumanMessageEx
 from picoflow.parsing import parse_json
 from picoflow.wire import JSON
 
@@ -68,7 +68,7 @@ class NoToolStep(Step):
 
     def check_response(self, result: Any) -> bool:
         # A reply without the date object is asked for again (within the step's retry attempts).
-        return current_date(content_text(result.content) if isinstance(result, BaseMessage) else result) is None
+        return current_date(result.text if isinstance(result, BaseMessage) else result) is None
 
     async def on_response(self, result: Any) -> Transition:
         date = current_date(result)

@@ -24,7 +24,7 @@ from langchain_core.messages import BaseMessage
 
 from picoflow.authoring.flow import Flow
 from picoflow.authoring.step import Step
-from picoflow.authoring.step_tools import Approver
+from picoflow.authoring.step_tools import ApprovalRule
 from picoflow.messages import AiMessageEx, ToolMessageEx, gen_message_id
 from picoflow.session.approvals import arguments_digest, forget_old
 from picoflow.session.document import ApprovalCall, ApprovalDoc, utc_now
@@ -44,10 +44,15 @@ TAMPERED_REASON = "the arguments changed after the decision"
 # -- pausing ------------------------------------------------------------------------------------
 
 
-def pause(flow: Flow, step: Step, calls: Sequence[Mapping[str, Any]], approver: Approver, ttl: int, *,
-          group: bool = False) -> list[ToolMessageEx]:
-    """Keep ``calls`` (validated, as their handler would get them) waiting ``ttl`` seconds for ``approver``'s
-    decision; the tool results the model reads meanwhile, one per call."""
+def pause(flow: Flow, step: Step, rule: ApprovalRule, argument: Any, calls: Sequence[Mapping[str, Any]], *,
+          group: bool = False) -> list[ToolMessageEx] | None:
+    """Keep ``calls`` (validated, as their handler would get them) waiting for a person's decision when ``rule``
+    asks for one on ``argument`` (what the handler would get); the tool results the model reads meanwhile, one per
+    call, or None when the calls may run now."""
+    waiting = rule.waiting(argument)
+    if waiting is None:
+        return None
+    approver, ttl = waiting
     doc = flow.run_context.require_doc()
     now = utc_now()
     stored = [ApprovalCall(name=call["name"], args=call.get("args") or {}) for call in calls]

@@ -60,20 +60,12 @@ def deliver_direct(step: Step, message: BaseMessage, finish: bool) -> str:
     ``finish``); its text."""
     if finish:
         step.flow.mark_completed()
+    memory = step.get_memory()
     if message.id is None:
         # finish(text) made outside a handler (possibly once, for reuse): a copy belongs to the step that finished
         message = message.model_copy(update={"id": gen_message_id(step.id)})
-    step.get_memory().append(message)
+    memory.append(message)
     return content_text(message.content)
-
-
-async def follow(hop: Hop, answer: Any) -> tuple[Transition, Step] | None:
-    """Apply a handler's ``answer`` when it is a route (a transition, a step class or name): the transition and the
-    step it lands on; None when it is none, and nothing moved."""
-    transition = as_transition(answer)
-    if transition is None:
-        return None
-    return transition, await apply_transition(hop, transition)
 
 
 async def apply_transition(hop: Hop, transition: Transition) -> Step:
@@ -84,18 +76,18 @@ async def apply_transition(hop: Hop, transition: Transition) -> Step:
     executing = hop.step if hop.nested else flow.get_current_step()
     if executing is None:
         raise PicoFlowError(f"Flow '{flow.id}' has no current step.")
-    # A nested child may stay on itself (a tool result fed back to its model) or reply directly (its result);
-    # moving the cursor (which ``goto`` refuses it), or finishing the session, belongs to the owning step.
-    if hop.nested and transition.finish:
-        ensure_top_level(flow, transition.step or executing.id)
-    if transition.finish or not transition.step or transition.step == executing.id:
-        destination = executing
-    else:
+    if transition.step and transition.step != executing.id and not transition.finish:
         destination = await flow.goto(transition.step)
-    if transition.prompt is not None:
-        destination.save_state({PROMPT_KEY: transition.prompt})
-    if transition.state:
-        destination.save_state(transition.state)
+    else:
+        # A nested child may stay on itself (a tool result fed back to its model) or reply directly (its result);
+        # moving the cursor (which ``goto`` refuses it), or finishing the session, belongs to the owning step.
+        if hop.nested and transition.finish:
+            ensure_top_level(flow, transition.step or executing.id)
+        destination = executing
+    prompt = {PROMPT_KEY: transition.prompt} if transition.prompt is not None else {}
+    # The prompt, then the state, each saved as flow code saves it (an empty one changes nothing).
+    for saved in (prompt, transition.state or {}):
+        destination.save_state(saved)
     if transition.content_type:
         destination.content_type = transition.content_type
     return destination

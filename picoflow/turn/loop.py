@@ -145,37 +145,34 @@ async def run_model_loop(step: Step, user_message: str | None) -> Any:
     The files attached to the turn join the first message built from the user's input, unless the step
     declines them (``Step.accepts_attachments``).
     """
-    attached = step.flow.run_context.files.take_attached() if step.accepts_attachments() else []
+    flow = step.flow
+    attached = flow.run_context.files.take_attached() if step.accepts_attachments() else []
     content = with_files(user_message, attached) if attached else user_message
-    incoming = HumanMessageEx(step.id, content) if content else None
-    with telemetry.step_runs():
-        return await _drive(step.flow, incoming)
-
-
-async def _drive(flow: Flow, pending: BaseMessage | None) -> Any:
+    pending: BaseMessage | None = HumanMessageEx(step.id, content) if content else None
     prior: str | None = None
     fallback: tuple[str, ModelSelection] | None = None
-    for _ in range(MAX_HOPS_PER_TURN):
-        hop = open_hop(flow)
-        step = hop.step
-        telemetry.step_run(step)
-        if prior is not None and step.id != prior:
-            if flow.checkpoint_on_crossing and not hop.nested:
-                await flow.checkpoint()
-            if hop.sink is not None:
-                hop.sink.progress("step", step.id)
-            pending = step.on_crossing(pending, prior)
-        prior = step.id
-        if step.is_logic():
-            outcome = await _logic_hop(hop, pending)
-        else:
-            kept = fallback[1] if fallback is not None and fallback[0] == step.id else None
-            outcome = await _model_hop(hop, pending, kept)
-            if outcome.fallback is not None:
-                fallback = (step.id, outcome.fallback)
-        if isinstance(outcome, _Answered):
-            return outcome.value
-        pending = outcome.pending
+    with telemetry.step_runs():
+        for _ in range(MAX_HOPS_PER_TURN):
+            hop = open_hop(flow)
+            step = hop.step
+            telemetry.step_run(step)
+            if prior is not None and step.id != prior:
+                if flow.checkpoint_on_crossing and not hop.nested:
+                    await flow.checkpoint()
+                if hop.sink is not None:
+                    hop.sink.progress("step", step.id)
+                pending = step.on_crossing(pending, prior)
+            prior = step.id
+            if step.is_logic():
+                outcome = await _logic_hop(hop, pending)
+            else:
+                kept = fallback[1] if fallback is not None and fallback[0] == step.id else None
+                outcome = await _model_hop(hop, pending, kept)
+                if outcome.fallback is not None:
+                    fallback = (step.id, outcome.fallback)
+            if isinstance(outcome, _Answered):
+                return outcome.value
+            pending = outcome.pending
     raise PicoFlowError(f"Flow '{flow.id}' moved between steps more than {MAX_HOPS_PER_TURN} times in one turn.")
 
 

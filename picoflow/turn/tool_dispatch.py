@@ -14,13 +14,13 @@ from pydantic import BaseModel, ValidationError
 from picoflow import telemetry
 from picoflow.authoring.step import Step
 from picoflow.authoring.step_tools import Handling, InvalidToolArguments, ToolTable, tool_table
-from picoflow.authoring.transitions import TOOL_VALIDATED, DirectResult, Transition, handling
+from picoflow.authoring.transitions import TOOL_VALIDATED, DirectResult, Transition, as_transition, handling
 from picoflow.errors import PicoFlowError
 from picoflow.files.reopen import OPEN_FILE_TOOL, FileOpening
 from picoflow.mcp import ToolCallOutcome, run_offered
 from picoflow.messages import ToolMessageEx
 from picoflow.turn import approvals, effects
-from picoflow.turn.cursor import follow
+from picoflow.turn.cursor import apply_transition
 from picoflow.turn.hop import Hop
 from picoflow.turn.model_call import ModelCall
 
@@ -41,10 +41,10 @@ class ToolOutcome:
     async def route(self, hop: Hop, answer: Any) -> Transition | None:
         """Apply a handler's ``answer`` when it is a route, keeping the message it carries for the turn; None when
         it is none (nothing moved)."""
-        followed = await follow(hop, answer)
-        if followed is None:
+        transition = as_transition(answer)
+        if transition is None:
             return None
-        transition, self.destination = followed
+        self.destination = await apply_transition(hop, transition)
         if transition.message is not None:
             self.extra, self.finish = transition.message, transition.finish
         return transition
@@ -81,34 +81,55 @@ async def _run_handler(hop: Hop, handled: Handling, calls: list[dict[str, Any]],
     return await run()
 
 
-async def _handler_route(hop: Hop, handler: Any, result: Any, outcome: ToolOutcome) -> Transition:
-    """A tool handler's answer (other than None, which routes nowhere), applied as a transition."""
-    transition = await outcome.route(hop, result)
+async def _answered(hop: Hop, handler: Any, returned: Any, outcome: ToolOutcome, *,
+                    group: bool = False) -> Transition | None:
+    """A handler's answer taken: a direct result kept for the worker, None (which only a single call's handler may
+    return) routing nowhere, anything else applied as a transition, which is returned."""
+    if isinstance(returned, DirectResult):
+        outcome.result = _worker_result(hop, returned)
+        return None
+    kind = "Tool group handler" if group else "Tool handler"
+    where = f"{kind} '{type(hop.step).__name__}.{getattr(handler, '__name__', handler)}'"
+    if returned is None:
+        if group:
+            raise PicoFlowError(f"{where} returned None.")
+        return None
+    if group:
+        _check_group_answer(where, returned)
+    transition = await outcome.route(hop, returned)
+    if transition is None and group:
+        raise PicoFlowError(f"{where} returned an object with an invalid step.")
     if transition is None:
-        where = f"Tool handler '{type(hop.step).__name__}.{getattr(handler, '__name__', handler)}'"
         # A TypeScript-style {step, state} object is the usual slip: say what to write instead.
         raise PicoFlowError(
-            f"{where} returned a {type(result).__name__}; return go(Step), stay(...), direct(...), "
+            f"{where} returned a {type(returned).__name__}; return go(Step), stay(...), direct(...), "
             "a step class or name, or None (go(Step).with_state({...}) carries state)."
         )
     return transition
 
 
-async def _group_route(hop: Hop, method: str, result: Any, outcome: ToolOutcome) -> Transition:
-    """A group handler's answer, which must be a route, applied as a transition."""
-    where = f"Tool group handler '{type(hop.step).__name__}.{method}'"
-    if result is None:
-        raise PicoFlowError(f"{where} returned None.")
+def _check_group_answer(where: str, result: Any) -> None:
+    """A group handler's answer must be a route: refuse the shapes that cannot be one, saying which."""
     if isinstance(result, str) and not result.strip():
         raise PicoFlowError(f"{where} returned an empty step name.")
     if isinstance(result, (bool, int, float, list, tuple)):
         raise PicoFlowError(f"{where} returned an unsupported {type(result).__name__} result.")
     if isinstance(result, dict) and "step" not in result:
         raise PicoFlowError(f"{where} returned an object without step.")
-    transition = await outcome.route(hop, result)
-    if transition is None:
-        raise PicoFlowError(f"{where} returned an object with an invalid step.")
-    return transition
+
+
+def _waits(hop: Hop, handled: Handling, validated: list[dict[str, Any]], argument: Any, outcome: ToolOutcome,
+           approved_key: str | None, *, group: bool = False) -> bool:
+    """Whether the calls wait for a person's decision instead of running (their waiting results then recorded);
+    never for calls a person already approved (``approved_key``)."""
+    if approved_key or handled.approval is None:
+        return False
+    waiting = approvals.pause(hop.flow, hop.step, handled.approval, argument, validated, group=group)
+    if waiting is None:
+        return False
+    outcome.messages.extend(waiting)
+    outcome.paused = True
+    return True
 
 
 async def dispatch_tools(hop: Hop, ai: AIMessage, offer: ModelCall, table: ToolTable, *,
@@ -166,19 +187,11 @@ async def _dispatch_group(hop: Hop, group: Handling, calls: list[Any], outcome: 
                 ))
         return
     validated = [{**call, "args": _as_dict(args)} for call, args in valid]
-    waiting = None if approved_key or group.approval is None else group.approval.waiting(validated)
-    if waiting is not None:
-        outcome.messages.extend(approvals.pause(hop.flow, step, validated, *waiting, group=True))
-        outcome.paused = True
+    if _waits(hop, group, validated, validated, outcome, approved_key, group=True):
         return
     returned = await _run_handler(hop, group, validated, validated, key=approved_key)
-    if isinstance(returned, DirectResult):
-        outcome.result = _worker_result(hop, returned)
-        outcome.messages.extend(_tool_message(step, call, TOOL_VALIDATED) for call in calls)
-        return
-    transition = await _group_route(hop, group.handler.__name__, returned, outcome)
-    for call in calls:
-        outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
+    tool = _tool_text(await _answered(hop, group.handler, returned, outcome, group=True))
+    outcome.messages.extend(_tool_message(step, call, tool or TOOL_VALIDATED) for call in calls)
 
 
 async def _dispatch_call(hop: Hop, handled: Handling, call: Mapping[str, Any], outcome: ToolOutcome,
@@ -195,21 +208,12 @@ async def _dispatch_call(hop: Hop, handled: Handling, call: Mapping[str, Any], o
         return
     # A typed handler (``args: Model``) gets the validated model; any other handler its JSON dict.
     argument = args if handled.argument is not None and isinstance(args, handled.argument) else _as_dict(args)
-    waiting = None if approved_key or handled.approval is None else handled.approval.waiting(argument)
-    if waiting is not None:
-        outcome.messages.extend(approvals.pause(hop.flow, step, [{**call, "args": _as_dict(args)}], *waiting))
-        outcome.paused = True
+    validated = [{**call, "args": _as_dict(args)}]
+    if _waits(hop, handled, validated, argument, outcome, approved_key):
         return
-    returned = await _run_handler(hop, handled, [{**call, "args": _as_dict(args)}], argument, call, approved_key)
-    if isinstance(returned, DirectResult):
-        outcome.result = _worker_result(hop, returned)
-        outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
-        return
-    if returned is None:
-        outcome.messages.append(_tool_message(step, call, TOOL_VALIDATED))
-        return
-    transition = await _handler_route(hop, handled.handler, returned, outcome)
-    outcome.messages.append(_tool_message(step, call, transition.tool or TOOL_VALIDATED))
+    returned = await _run_handler(hop, handled, validated, argument, call, approved_key)
+    tool = _tool_text(await _answered(hop, handled.handler, returned, outcome))
+    outcome.messages.append(_tool_message(step, call, tool or TOOL_VALIDATED))
 
 
 async def _dispatch_offered(hop: Hop, handled: Handling | None, call: Mapping[str, Any], ran: ToolCallOutcome,
@@ -224,16 +228,17 @@ async def _dispatch_offered(hop: Hop, handled: Handling | None, call: Mapping[st
         outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
         return
     returned = await _call_handler(step, handler, ran.result, call, bare=handled.bare)
-    if isinstance(returned, DirectResult):
-        outcome.result = _worker_result(hop, returned)
-        outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
-        return
-    if returned is None:
+    transition = await _answered(hop, handler, returned, outcome)
+    if transition is None:
         # The handler only looked: the model reads the server's result (or the fixed sentence on a failure).
         outcome.messages.append(_tool_message(step, call, ran.content, status=ran.status))
-        return
-    transition = await _handler_route(hop, handler, returned, outcome)
-    outcome.messages.append(_tool_message(step, call, transition.tool or ran.content))
+    else:
+        outcome.messages.append(_tool_message(step, call, transition.tool or ran.content))
+
+
+def _tool_text(transition: Transition | None) -> str | None:
+    """The tool result a handler's route chose for its calls, if any."""
+    return transition.tool if transition is not None else None
 
 
 def _worker_result(hop: Hop, result: DirectResult) -> DirectResult:
@@ -289,7 +294,7 @@ async def _refuse_arguments(
     answer = await _call_handler(step, hook, invalid, call)
     feedback = answer if isinstance(answer, str) else None
     if answer is not None and feedback is None:
-        transition = await _handler_route(hop, hook, answer, outcome)
+        tool = _tool_text(await _answered(hop, hook, answer, outcome))
         # A bare stay() carries "input validated", which would tell the model the opposite of what happened.
-        feedback = transition.tool if transition.tool != TOOL_VALIDATED else None
+        feedback = tool if tool != TOOL_VALIDATED else None
     return _tool_message(step, call, feedback or invalid.default_feedback(), status="error")

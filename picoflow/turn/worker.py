@@ -105,10 +105,9 @@ class WorkerMemory(Memory):
         space = self._spaces.get(name)
         if isinstance(space, Namespace):
             return space
-        validate_namespace(name)
         inherited = name in self._source.names()
         space = copy.deepcopy(self._source.namespace(name)) if inherited else Namespace()
-        self._spaces[name] = space
+        self._spaces[validate_namespace(name)] = space
         return space
 
     def names(self) -> list[str]:
