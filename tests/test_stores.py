@@ -59,9 +59,33 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], S
     if backend == "sqlite":
         path = tmp_path / "not" / "yet" / "there" / "sessions.sqlite"
         return lambda: SQLiteSessionStore(path)
-    fixture = "moto_dynamodb" if backend == "moto" else "dynamodb_local_table"
-    table: DynamoTable = request.getfixturevalue(fixture)
+    if backend == "moto":
+        moto_table: DynamoTable = request.getfixturevalue("moto_dynamodb")
+        session = _one_request_at_a_time(boto3.session.Session())
+        return lambda: moto_table.store(session=session)
+    table: DynamoTable = request.getfixturevalue("dynamodb_local_table")
     return table.store
+
+
+def _one_request_at_a_time(session: boto3.session.Session) -> boto3.session.Session:
+    """``session``, whose DynamoDB clients now send one request at a time.
+
+    moto is not built for requests from several threads at once (its FAQ): two threads' conditional writes can
+    both pass its check. Under moto the conformance checks' concurrent writers therefore take turns, which still
+    asks that exactly one of them wins; DynamoDB Local runs the same checks with real concurrency.
+    """
+    lock = threading.Lock()
+
+    def hold(**_: Any) -> None:
+        lock.acquire()
+
+    def release(**_: Any) -> None:
+        lock.release()
+
+    session.events.register("before-call.dynamodb", hold)
+    session.events.register("after-call.dynamodb", release)
+    session.events.register("after-call-error.dynamodb", release)
+    return session
 
 
 @pytest.fixture(params=["moto", "dynamodb-local"])
