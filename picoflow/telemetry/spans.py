@@ -230,15 +230,12 @@ class _Runs:
         self.capture = running.capture
 
     def end_tool(self, result: BaseMessage | None, error: BaseException | None = None) -> None:
-        span, self.tool = self.tool, None
+        span, token = self.tool, self.tool_token
+        self.tool = self.tool_token = None
         if span is None:
             return
-        if self.tool_token is not None:
-            otel_context.detach(self.tool_token)
-            self.tool_token = None
-        if error is not None:
-            _failed(span, type(error).__qualname__)
-        elif isinstance(result, ToolMessage):
+        _leave(span, token, error)
+        if error is None and isinstance(result, ToolMessage):
             if result.status == "error":
                 _failed(span, "tool_error")
             elif self.capture:
@@ -247,14 +244,11 @@ class _Runs:
 
     def close(self, error: BaseException | None) -> None:
         self.end_tool(None, error)
-        span, self.step = self.step, None
+        span, token = self.step, self.step_token
+        self.step = self.step_token = None
         if span is None:
             return
-        if self.step_token is not None:
-            otel_context.detach(self.step_token)
-            self.step_token = None
-        if error is not None:
-            _failed(span, type(error).__qualname__)
+        _leave(span, token, error)
         span.end()
 
 
@@ -420,6 +414,14 @@ def _current(span: Span) -> Iterator[None]:
     finally:
         otel_context.detach(token)
         span.end()
+
+
+def _leave(span: Span, token: Token[Context] | None, error: BaseException | None) -> None:
+    """Leave ``span``'s context (entered with ``token``), marking the span failed when ``error`` ended it."""
+    if token is not None:
+        otel_context.detach(token)
+    if error is not None:
+        _failed(span, type(error).__qualname__)
 
 
 def _failed(span: Span, error_type: str) -> None:
